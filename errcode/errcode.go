@@ -1,0 +1,150 @@
+package errcode
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, machine-readable error code.
+type Code string
+
+// The registry. Each code is documented in docs/architecture.md; the
+// retryable flag says whether the same command may succeed if sent again
+// unchanged.
+const (
+	InvalidRequest      Code = "invalid_request"
+	UnknownOp           Code = "unknown_op"
+	InvalidPath         Code = "invalid_path"
+	NotFound            Code = "not_found"
+	SessionNotFound     Code = "session_not_found"
+	AlreadyExists       Code = "already_exists"
+	PayloadTooLarge     Code = "payload_too_large"
+	ExecTimeout         Code = "exec_timeout"
+	RuntimeError        Code = "runtime_error"
+	ConcurrencyConflict Code = "concurrency_conflict"
+	Unavailable         Code = "unavailable"
+	InvalidState        Code = "invalid_state"
+	NoCapacity          Code = "no_capacity"
+	Internal            Code = "internal"
+)
+
+type entry struct {
+	retryable   bool
+	description string
+}
+
+var registry = map[Code]entry{
+	InvalidRequest:      {false, "the request is malformed: bad JSON, unknown fields, missing or invalid values"},
+	UnknownOp:           {false, "the operation named in the subject does not exist"},
+	InvalidPath:         {false, "the path is empty, malformed or leaves the workspace root"},
+	NotFound:            {false, "the file or directory does not exist"},
+	SessionNotFound:     {false, "no such session (never created, or deleted)"},
+	AlreadyExists:       {false, "the session, file or directory already exists"},
+	PayloadTooLarge:     {false, "the payload exceeds the inline limit"},
+	ExecTimeout:         {false, "the command ran past its timeout and was killed"},
+	RuntimeError:        {true, "the container runtime failed"},
+	ConcurrencyConflict: {true, "another writer appended to the session's event log first"},
+	Unavailable:         {true, "the node or engine that serves the request is not reachable"},
+	InvalidState:        {false, "the session is not in a state that allows the operation"},
+	NoCapacity:          {true, "no registered node has the requested runtime and room"},
+	Internal:            {true, "an unexpected failure inside Paddock"},
+}
+
+// Known reports whether c is in the registry.
+func Known(c Code) bool { _, ok := registry[c]; return ok }
+
+// Retryable reports whether an operation that failed with c may succeed when
+// retried unchanged. Unknown codes are not retryable.
+func (c Code) Retryable() bool { return registry[c].retryable }
+
+// Description returns the registry's one-line description of c, or "" for an
+// unknown code.
+func (c Code) Description() string { return registry[c].description }
+
+// Codes returns every registered code, for documentation and tests.
+func Codes() []Code {
+	out := make([]Code, 0, len(registry))
+	for c := range registry {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Error is an error with a wire code. Two *Error values match under
+// errors.Is when their codes are equal, whatever their messages.
+type Error struct {
+	Code    Code
+	Message string
+	// Err is the underlying cause, kept for errors.Is/As inside a process.
+	// It never crosses the wire.
+	Err error
+}
+
+// New returns an *Error with the given code and formatted message.
+func New(c Code, format string, args ...any) *Error {
+	return &Error{Code: c, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an *Error with code c whose message is msg followed by err's
+// text, and which unwraps to err.
+func Wrap(c Code, err error, msg string) *Error {
+	if msg == "" {
+		return &Error{Code: c, Message: err.Error(), Err: err}
+	}
+	return &Error{Code: c, Message: msg + ": " + err.Error(), Err: err}
+}
+
+// Error implements error as "<code>: <message>".
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Code)
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+// Unwrap returns the underlying cause, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches any *Error with the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if errors.As(target, &t) {
+		return t.Code == e.Code
+	}
+	return false
+}
+
+// Retryable reports whether the error's code is retryable.
+func (e *Error) Retryable() bool { return e.Code.Retryable() }
+
+// Of returns the code of the first *Error in err's chain, Internal for any
+// other non-nil error, and "" for nil.
+func Of(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}
+
+// Sentinels for errors.Is: errors.Is(err, errcode.ErrSessionNotFound) holds
+// for any error carrying that code.
+var (
+	ErrInvalidRequest      = &Error{Code: InvalidRequest}
+	ErrUnknownOp           = &Error{Code: UnknownOp}
+	ErrInvalidPath         = &Error{Code: InvalidPath}
+	ErrNotFound            = &Error{Code: NotFound}
+	ErrSessionNotFound     = &Error{Code: SessionNotFound}
+	ErrAlreadyExists       = &Error{Code: AlreadyExists}
+	ErrPayloadTooLarge     = &Error{Code: PayloadTooLarge}
+	ErrExecTimeout         = &Error{Code: ExecTimeout}
+	ErrRuntime             = &Error{Code: RuntimeError}
+	ErrConcurrencyConflict = &Error{Code: ConcurrencyConflict}
+	ErrUnavailable         = &Error{Code: Unavailable}
+	ErrInvalidState        = &Error{Code: InvalidState}
+	ErrNoCapacity          = &Error{Code: NoCapacity}
+	ErrInternal            = &Error{Code: Internal}
+)
