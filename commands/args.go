@@ -1,0 +1,261 @@
+package commands
+
+import (
+	"strings"
+	"time"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// Limits on create specs.
+const (
+	MaxEnvVars   = 1024
+	MaxLabels    = 256
+	MaxCPUs      = 256
+	MaxMemory    = 1 << 40 // 1 TiB
+	MaxExecArgs  = 4096
+	MaxTimeout   = 24 * time.Hour
+	DefaultImage = "paddock/sandbox-base:test"
+)
+
+// CreateArgs is the spec of a new session (op create).
+type CreateArgs struct {
+	// SessionID is optional; the scheduler assigns a UUID when it is empty.
+	// A session id is never reused: creating an existing or deleted id fails
+	// with already_exists.
+	SessionID string `json:"session_id,omitempty"`
+	// Runtime is "local", "docker" or empty for any runtime a node offers.
+	Runtime string `json:"runtime,omitempty"`
+	// Image is the container image (docker runtime only).
+	Image string `json:"image,omitempty"`
+	// Env is given to every process of the session and recorded in events.
+	Env map[string]string `json:"env,omitempty"`
+	// SecretEnv is given to every process but its values never appear in an
+	// event, reply or log: they are redacted from captured output.
+	SecretEnv map[string]string `json:"secret_env,omitempty"`
+	// Labels are free key/value tags recorded with the session.
+	Labels map[string]string `json:"labels,omitempty"`
+	// CPUs and MemoryBytes limit the sandbox (0: the node's default).
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	// WorkspaceRoot is the workspace directory as the sandbox sees it
+	// (default /workspace).
+	WorkspaceRoot string `json:"workspace_root,omitempty"`
+}
+
+// Validate checks the spec's values and returns an invalid_request error
+// naming the first bad one.
+func (a *CreateArgs) Validate() error {
+	if a.SessionID != "" {
+		if err := CheckToken("session_id", a.SessionID); err != nil {
+			return err
+		}
+	}
+	switch a.Runtime {
+	case "", "local", "docker":
+	default:
+		return errcode.New(errcode.InvalidRequest, "runtime %q is not one of local, docker", a.Runtime)
+	}
+	if len(a.Env)+len(a.SecretEnv) > MaxEnvVars {
+		return errcode.New(errcode.InvalidRequest, "more than %d environment variables", MaxEnvVars)
+	}
+	if err := checkEnv(a.Env); err != nil {
+		return err
+	}
+	if err := checkEnv(a.SecretEnv); err != nil {
+		return err
+	}
+	for k := range a.SecretEnv {
+		if _, dup := a.Env[k]; dup {
+			return errcode.New(errcode.InvalidRequest, "env %q is given both as env and secret env", k)
+		}
+	}
+	if len(a.Labels) > MaxLabels {
+		return errcode.New(errcode.InvalidRequest, "more than %d labels", MaxLabels)
+	}
+	for k := range a.Labels {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return errcode.New(errcode.InvalidRequest, "label key %q is empty or contains '=' or NUL", k)
+		}
+	}
+	if a.CPUs < 0 || a.CPUs > MaxCPUs {
+		return errcode.New(errcode.InvalidRequest, "cpus %v is outside 0..%d", a.CPUs, MaxCPUs)
+	}
+	if a.MemoryBytes < 0 || a.MemoryBytes > MaxMemory {
+		return errcode.New(errcode.InvalidRequest, "memory %d is outside 0..%d bytes", a.MemoryBytes, int64(MaxMemory))
+	}
+	if a.MemoryBytes > 0 && a.MemoryBytes < 4<<20 {
+		return errcode.New(errcode.InvalidRequest, "memory %d is below the 4 MiB minimum", a.MemoryBytes)
+	}
+	if a.WorkspaceRoot != "" && (!strings.HasPrefix(a.WorkspaceRoot, "/") || a.WorkspaceRoot == "/" || strings.Contains(a.WorkspaceRoot, "..") || strings.ContainsRune(a.WorkspaceRoot, 0)) {
+		return errcode.New(errcode.InvalidRequest, "workspace_root %q must be an absolute directory other than /", a.WorkspaceRoot)
+	}
+	return nil
+}
+
+func checkEnv(env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return errcode.New(errcode.InvalidRequest, "env name %q is empty or contains '=' or NUL", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return errcode.New(errcode.InvalidRequest, "env %q has a NUL byte in its value", k)
+		}
+	}
+	return nil
+}
+
+// Placement is what the scheduler sends to the chosen node's create subject.
+type Placement struct {
+	Tenant    string     `json:"tenant"`
+	SessionID string     `json:"session_id"`
+	Spec      CreateArgs `json:"spec"`
+}
+
+// CreateResult answers create.
+type CreateResult struct {
+	SessionID string `json:"session_id"`
+	Node      string `json:"node"`
+	Runtime   string `json:"runtime"`
+	Status    string `json:"status"`
+}
+
+// ExecArgs runs a command in the session (op exec). Exactly one of Argv and
+// Shell is set; Shell runs through /bin/sh -c.
+type ExecArgs struct {
+	Argv  []string `json:"argv,omitempty"`
+	Shell string   `json:"shell,omitempty"`
+	// TimeoutMS kills the command's whole process group after this long
+	// (0: the node's default, 10 minutes).
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	// Cwd is a workspace path (default: the workspace root).
+	Cwd string `json:"cwd,omitempty"`
+	// MaxOutputBytes caps stdout and stderr each in the reply
+	// (0 or more than MaxOutputBytes: MaxOutputBytes).
+	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
+}
+
+// Validate checks the exec arguments.
+func (a *ExecArgs) Validate() error {
+	if (len(a.Argv) == 0) == (a.Shell == "") {
+		return errcode.New(errcode.InvalidRequest, "exactly one of argv and shell must be set")
+	}
+	if len(a.Argv) > MaxExecArgs {
+		return errcode.New(errcode.InvalidRequest, "more than %d arguments", MaxExecArgs)
+	}
+	if len(a.Argv) > 0 && a.Argv[0] == "" {
+		return errcode.New(errcode.InvalidRequest, "argv[0] is empty")
+	}
+	for _, s := range append(a.Argv, a.Shell) {
+		if strings.ContainsRune(s, 0) {
+			return errcode.New(errcode.InvalidRequest, "argument contains a NUL byte")
+		}
+	}
+	if a.TimeoutMS < 0 || time.Duration(a.TimeoutMS)*time.Millisecond > MaxTimeout {
+		return errcode.New(errcode.InvalidRequest, "timeout_ms %d is outside 0..%d", a.TimeoutMS, MaxTimeout.Milliseconds())
+	}
+	if a.MaxOutputBytes < 0 {
+		return errcode.New(errcode.InvalidRequest, "max_output_bytes is negative")
+	}
+	return checkEnv(a.Env)
+}
+
+// ExecResult answers exec. A command that exits non-zero is a successful
+// exec with that exit code; only a failure to run it is an error.
+type ExecResult struct {
+	ExitCode        int     `json:"exit_code"`
+	Stdout          []byte  `json:"stdout,omitempty"`
+	Stderr          []byte  `json:"stderr,omitempty"`
+	StdoutBytes     int64   `json:"stdout_bytes"`
+	StderrBytes     int64   `json:"stderr_bytes"`
+	StdoutTruncated bool    `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool    `json:"stderr_truncated,omitempty"`
+	DurationMS      float64 `json:"duration_ms"`
+}
+
+// PathArgs names one workspace path (ops read, ls).
+type PathArgs struct {
+	Path string `json:"path"`
+}
+
+// ReadResult answers read.
+type ReadResult struct {
+	Content []byte `json:"content"`
+	Size    int64  `json:"size"`
+	Mode    uint32 `json:"mode"`
+}
+
+// WriteArgs writes a whole file (op write), creating missing parent
+// directories. Mode 0 means 0644.
+type WriteArgs struct {
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+	Mode    uint32 `json:"mode,omitempty"`
+}
+
+// Validate checks the write arguments.
+func (a *WriteArgs) Validate() error {
+	if len(a.Content) > InlineLimit {
+		return errcode.New(errcode.PayloadTooLarge, "content of %d bytes exceeds the inline limit of %d", len(a.Content), InlineLimit)
+	}
+	if a.Mode&^0o7777 != 0 {
+		return errcode.New(errcode.InvalidRequest, "mode %o has bits outside 07777", a.Mode)
+	}
+	return nil
+}
+
+// WriteResult answers write.
+type WriteResult struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Entry is one ls entry.
+type Entry struct {
+	Name    string    `json:"name"`
+	Type    string    `json:"type"` // file, dir, symlink, other
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // permission bits
+	ModTime time.Time `json:"mtime"`
+}
+
+// LsResult answers ls.
+type LsResult struct {
+	Entries []Entry `json:"entries"`
+}
+
+// RmArgs removes a path (op rm); a non-empty directory needs Recursive.
+type RmArgs struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// MkdirArgs makes a directory (op mkdir); Parents makes missing parents and
+// accepts an existing directory.
+type MkdirArgs struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// RunningResult answers running.
+type RunningResult struct {
+	Running bool `json:"running"`
+}
+
+// StatusResult answers start, stop, shutdown and delete.
+type StatusResult struct {
+	Status string `json:"status"`
+}
+
+// LookupArgs asks the engine about a session that did not answer.
+type LookupArgs struct {
+	SessionID string `json:"session_id"`
+}
+
+// LookupResult answers lookup; an unknown or deleted session is a
+// session_not_found error instead.
+type LookupResult struct {
+	Status string `json:"status"`
+	Node   string `json:"node"`
+}

@@ -1,0 +1,139 @@
+package commands
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+func TestCheckToken(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{
+		{"default", true}, {"tenant-1_A", true}, {"550e8400-e29b-41d4-a716-446655440000", true},
+		{"", false}, {"a.b", false}, {"*", false}, {"a>", false}, {">", false}, {"a b", false},
+		{"a\tb", false}, {"a\nb", false}, {"a/b", false}, {`a\b`, false}, {"a\x00b", false},
+		{strings.Repeat("x", MaxTokenLen), true}, {strings.Repeat("x", MaxTokenLen+1), false},
+	} {
+		err := CheckToken("tenant", tc.in)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckToken(%q) = %v, want ok=%v", tc.in, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, errcode.ErrInvalidRequest) {
+			t.Errorf("CheckToken(%q) error %v is not invalid_request", tc.in, err)
+		}
+	}
+}
+
+func TestParseSession(t *testing.T) {
+	s := Subjects{}
+	tenant, session, op, ok := s.ParseSession(s.Session("t1", "s1", OpExec))
+	if !ok || tenant != "t1" || session != "s1" || op != OpExec {
+		t.Fatalf("got %q %q %q %v, want t1 s1 exec true", tenant, session, op, ok)
+	}
+	for _, bad := range []string{"sbx.cmd.t1.create", "sbx.cmd.t.s.exec.x", "other.cmd.t.s.exec"} {
+		if _, _, _, ok := s.ParseSession(bad); ok {
+			t.Errorf("ParseSession(%q) ok, want not", bad)
+		}
+	}
+	if tn, ok := s.ParseTenant(s.Create("acme")); !ok || tn != "acme" {
+		t.Fatalf("ParseTenant = %q %v, want acme", tn, ok)
+	}
+}
+
+func TestDecodeStrict(t *testing.T) {
+	var args ExecArgs
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{"args":{"argv":["true"]}}`, true},
+		{``, true},
+		{`{"args":{"argv":["true"],"nope":1}}`, false},
+		{`{"nope":1}`, false},
+		{`{"args":{"argv":"true"}}`, false},
+		{`{} trailing`, false},
+		{`{"args":`, false},
+		{`null`, true},
+	} {
+		_, err := DecodeRequest([]byte(tc.body), &args)
+		if (err == nil) != tc.ok {
+			t.Errorf("DecodeRequest(%s) = %v, want ok=%v", tc.body, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, errcode.ErrInvalidRequest) {
+			t.Errorf("DecodeRequest(%s) error %v is not invalid_request", tc.body, err)
+		}
+	}
+	big := make([]byte, MaxRequestBytes+1)
+	if _, err := DecodeRequest(big, &args); !errors.Is(err, errcode.ErrPayloadTooLarge) {
+		t.Fatalf("oversized: got %v, want payload_too_large", err)
+	}
+}
+
+func TestCreateArgsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    CreateArgs
+		ok   bool
+	}{
+		{"zero", CreateArgs{}, true},
+		{"full", CreateArgs{Runtime: "docker", CPUs: 2, MemoryBytes: 1 << 30, Env: map[string]string{"A": "1"}, WorkspaceRoot: "/work"}, true},
+		{"bad runtime", CreateArgs{Runtime: "vm"}, false},
+		{"negative cpus", CreateArgs{CPUs: -1}, false},
+		{"absurd cpus", CreateArgs{CPUs: 1e9}, false},
+		{"negative memory", CreateArgs{MemoryBytes: -1}, false},
+		{"tiny memory", CreateArgs{MemoryBytes: 1024}, false},
+		{"absurd memory", CreateArgs{MemoryBytes: 1 << 50}, false},
+		{"env name with =", CreateArgs{Env: map[string]string{"A=B": "1"}}, false},
+		{"secret and env", CreateArgs{Env: map[string]string{"A": "1"}, SecretEnv: map[string]string{"A": "2"}}, false},
+		{"relative root", CreateArgs{WorkspaceRoot: "work"}, false},
+		{"root /", CreateArgs{WorkspaceRoot: "/"}, false},
+		{"bad session id", CreateArgs{SessionID: "a.b"}, false},
+	} {
+		err := tc.a.Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestErrorReplyRoundTrip(t *testing.T) {
+	b := ErrorReply(errcode.New(errcode.SessionNotFound, "gone"))
+	var rep Reply
+	if err := Decode(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Error == nil || rep.Error.Code != errcode.SessionNotFound || rep.Error.Retryable {
+		t.Fatalf("reply = %+v, want session_not_found, not retryable", rep.Error)
+	}
+	if !errors.Is(rep.Error.Err(), errcode.ErrSessionNotFound) {
+		t.Fatal("decoded error does not match ErrSessionNotFound")
+	}
+	b = ErrorReply(errors.New("plain"))
+	if err := Decode(b, &rep); err != nil || rep.Error.Code != errcode.Internal {
+		t.Fatalf("plain error reply = %+v, %v; want internal", rep.Error, err)
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add([]byte(`{"command_id":"x","args":{"argv":["a"],"timeout_ms":5}}`))
+	f.Add([]byte(`{"args":{"shell":"echo"}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var args ExecArgs
+		req, err := DecodeRequest(data, &args)
+		if err != nil {
+			if errcode.Of(err) != errcode.InvalidRequest && errcode.Of(err) != errcode.PayloadTooLarge {
+				t.Fatalf("decode error with code %s: %v", errcode.Of(err), err)
+			}
+			return
+		}
+		if req.CommandID != "" && CheckToken("c", req.CommandID) != nil {
+			t.Fatalf("accepted invalid command id %q", req.CommandID)
+		}
+		_ = args.Validate() // must not panic
+	})
+}

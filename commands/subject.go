@@ -1,0 +1,116 @@
+package commands
+
+import (
+	"strings"
+	"unicode"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// DefaultPrefix is the first token of every Paddock subject.
+const DefaultPrefix = "sbx"
+
+// MaxTokenLen bounds tenant, session and node identifiers.
+const MaxTokenLen = 128
+
+// CheckToken returns an invalid_request error unless s can stand as one
+// subject token: non-empty, at most MaxTokenLen bytes, and free of '.', '*',
+// '>', whitespace and control characters, so that no identifier can widen a
+// subscription or a permission (a tenant named "a.>" is refused). '/' and
+// '\' are refused too: identifiers also name directories and objects.
+// what names the field in the error message.
+func CheckToken(what, s string) error {
+	if s == "" {
+		return errcode.New(errcode.InvalidRequest, "%s is empty", what)
+	}
+	if len(s) > MaxTokenLen {
+		return errcode.New(errcode.InvalidRequest, "%s is longer than %d bytes", what, MaxTokenLen)
+	}
+	for _, r := range s {
+		if r == '.' || r == '*' || r == '>' || r == '/' || r == '\\' || unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return errcode.New(errcode.InvalidRequest, "%s %q contains a character not allowed in a subject token (. * > / \\ whitespace control)", what, s)
+		}
+	}
+	return nil
+}
+
+// Subjects builds the command subjects under one prefix.
+type Subjects struct {
+	Prefix string
+}
+
+func (s Subjects) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// Create is the subject the scheduler serves for tenant's creates.
+func (s Subjects) Create(tenant string) string {
+	return s.prefix() + ".cmd." + tenant + ".create"
+}
+
+// Lookup is the subject the engine serves to explain why a session did not
+// answer (session_not_found or unavailable).
+func (s Subjects) Lookup(tenant string) string {
+	return s.prefix() + ".cmd." + tenant + ".lookup"
+}
+
+// CreateAll matches every tenant's create subject.
+func (s Subjects) CreateAll() string { return s.prefix() + ".cmd.*.create" }
+
+// LookupAll matches every tenant's lookup subject.
+func (s Subjects) LookupAll() string { return s.prefix() + ".cmd.*.lookup" }
+
+// Session is the subject of op on one session.
+func (s Subjects) Session(tenant, session string, op Op) string {
+	return s.prefix() + ".cmd." + tenant + "." + session + "." + string(op)
+}
+
+// SessionAll matches every op on one session; the owning node subscribes to it.
+func (s Subjects) SessionAll(tenant, session string) string {
+	return s.prefix() + ".cmd." + tenant + "." + session + ".>"
+}
+
+// Node is the subject of a node-directed control op (create, ping).
+func (s Subjects) Node(node, op string) string {
+	return s.prefix() + ".node." + node + "." + op
+}
+
+// Announce is the subject the scheduler publishes on to ask every node to
+// send its heartbeat now.
+func (s Subjects) Announce() string { return s.prefix() + ".node.announce" }
+
+// Heartbeat is the subject node heartbeats are published on (core NATS).
+func (s Subjects) Heartbeat(node string) string { return s.prefix() + ".nodehb." + node }
+
+// HeartbeatAll matches every node's heartbeats.
+func (s Subjects) HeartbeatAll() string { return s.prefix() + ".nodehb.*" }
+
+// ParseSession splits a session command subject into tenant, session and op.
+// ok is false when subj does not have that shape.
+func (s Subjects) ParseSession(subj string) (tenant, session string, op Op, ok bool) {
+	rest, found := strings.CutPrefix(subj, s.prefix()+".cmd.")
+	if !found {
+		return "", "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], Op(parts[2]), true
+}
+
+// ParseTenant returns the tenant token of a create or lookup subject.
+func (s Subjects) ParseTenant(subj string) (string, bool) {
+	rest, found := strings.CutPrefix(subj, s.prefix()+".cmd.")
+	if !found {
+		return "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 2 {
+		return "", false
+	}
+	return parts[0], true
+}
