@@ -1,0 +1,56 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/paddock-dev/paddock/broker"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// BenchmarkAppend measures guarded event appends as a node makes them (one
+// session, each append waiting for its ack) with the durable default
+// (fsync before every ack) and with a relaxed 1s sync interval.
+//
+//	go test -run '^$' -bench BenchmarkAppend -benchtime 2000x ./events/
+func BenchmarkAppend(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		cfg  broker.Config
+	}{
+		{"sync=always", broker.Config{}},
+		{"sync=1s", broker.Config{SyncInterval: time.Second}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := testenv.StartBrokerWith(b, tc.cfg)
+			nc := testenv.Connect(b, srv.ClientURL())
+			js := testenv.JetStream(b, nc)
+			ctx := context.Background()
+			if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+				b.Fatal(err)
+			}
+			log := events.NewLog(js, "", "")
+			session := uuid.NewString()
+			var last uint64
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				ev := &events.Event{
+					Version: events.Version, EventID: uuid.NewString(), TS: time.Now().UTC(),
+					Tenant: "bench", SessionID: session, Seq: uint64(i + 1), Op: "exec",
+					Phase: events.PhaseStart, SpanID: fmt.Sprint(i),
+				}
+				seq, err := log.Append(ctx, ev, last)
+				if err != nil {
+					b.Fatal(err)
+				}
+				last = seq
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+		})
+	}
+}

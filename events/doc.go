@@ -1,0 +1,10 @@
+// Package events is Paddock's audit log: the event schema, the JetStream
+// stream that holds it (SBX_EVENTS), the guarded appender that gives every
+// session one writer and a gap-free seq, and readers that replay or tail it.
+//
+// Every operation on a session is recorded as a start event and a finish
+// event on <prefix>.evt.<tenant>.<session>.<op>.<phase>. Field names follow
+// the OpenAI Agents SDK sandbox audit events so tools written for those read
+// these. Node lifecycle events go to <prefix>.nodeevt.<node>.<kind> in the
+// same stream.
+package events

@@ -1,0 +1,208 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// Log appends events to, and reads them from, the events stream.
+type Log struct {
+	js       jetstream.JetStream
+	stream   string
+	subjects Subjects
+}
+
+// NewLog returns a Log on the named stream (DefaultStream when empty) with
+// subjects under prefix (default sbx).
+func NewLog(js jetstream.JetStream, stream, prefix string) *Log {
+	if stream == "" {
+		stream = DefaultStream
+	}
+	return &Log{js: js, stream: stream, subjects: Subjects{Prefix: prefix}}
+}
+
+// Subjects returns the log's subject builder.
+func (l *Log) Subjects() Subjects { return l.subjects }
+
+// Append publishes a session event, but only if the last event of its
+// session in the stream has stream sequence expectLast (0: the session has
+// no events yet). It returns the new event's stream sequence.
+//
+// A stale expectLast, meaning another writer appended first, is a
+// concurrency_conflict error; a duplicate event id within the stream's
+// dedup window returns the original sequence.
+func (l *Log) Append(ctx context.Context, ev *Event, expectLast uint64) (uint64, error) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return 0, fmt.Errorf("encode event: %w", err)
+	}
+	return l.AppendRaw(ctx, ev, data, expectLast)
+}
+
+// AppendRaw is Append for an event already encoded as data (callers that
+// post-process the JSON, such as redaction). ev supplies the subject and id.
+func (l *Log) AppendRaw(ctx context.Context, ev *Event, data []byte, expectLast uint64) (uint64, error) {
+	subj := l.subjects.Session(ev.Tenant, ev.SessionID, ev.Op, ev.Phase)
+	ack, err := l.js.Publish(ctx, subj, data,
+		jetstream.WithMsgID(ev.EventID),
+		jetstream.WithExpectLastSequenceForSubject(expectLast, l.subjects.SessionFilter(ev.Tenant, ev.SessionID)),
+	)
+	if err != nil {
+		if IsWrongLastSequence(err) {
+			return 0, errcode.Wrap(errcode.ConcurrencyConflict, err, fmt.Sprintf("session %s/%s has another writer", ev.Tenant, ev.SessionID))
+		}
+		return 0, errcode.Wrap(errcode.Unavailable, err, "append event")
+	}
+	return ack.Sequence, nil
+}
+
+// AppendNode publishes a node lifecycle event (no sequence guard).
+func (l *Log) AppendNode(ctx context.Context, ev *NodeEvent) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode node event: %w", err)
+	}
+	if _, err := l.js.Publish(ctx, l.subjects.Node(ev.Node, ev.Kind), data, jetstream.WithMsgID(ev.EventID)); err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "append node event")
+	}
+	return nil
+}
+
+// IsWrongLastSequence reports whether err is JetStream's refusal of a
+// publish whose expected last sequence was stale (10071 on R1 streams,
+// 10071 or 10164 on replicated ones).
+func IsWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// Last returns the last event of a session and its stream sequence, or
+// (nil, 0, nil) when the session has no events.
+func (l *Log) Last(ctx context.Context, tenant, session string) (*Event, uint64, error) {
+	s, err := l.js.Stream(ctx, l.stream)
+	if err != nil {
+		return nil, 0, errcode.Wrap(errcode.Unavailable, err, "events stream")
+	}
+	msg, err := s.GetLastMsgForSubject(ctx, l.subjects.SessionFilter(tenant, session))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, errcode.Wrap(errcode.Unavailable, err, "last event")
+	}
+	var ev Event
+	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+		return nil, 0, fmt.Errorf("decode event at stream seq %d: %w", msg.Sequence, err)
+	}
+	return &ev, msg.Sequence, nil
+}
+
+// Msg is an event as read from the stream.
+type Msg struct {
+	// StreamSeq is the event's sequence in the stream.
+	StreamSeq uint64
+	Subject   string
+	// Data is the event's JSON, as stored.
+	Data []byte
+}
+
+// Decode decodes the message as a session event.
+func (m Msg) Decode() (Event, error) {
+	var ev Event
+	if err := json.Unmarshal(m.Data, &ev); err != nil {
+		return ev, fmt.Errorf("decode event at stream seq %d: %w", m.StreamSeq, err)
+	}
+	return ev, nil
+}
+
+// ReadOptions select what Read delivers.
+type ReadOptions struct {
+	// Filters are subject filters (default: every session event).
+	Filters []string
+	// StartSeq starts at this stream sequence (default: the first).
+	StartSeq uint64
+	// StartTime starts at the first event at or after this time.
+	StartTime time.Time
+	// Follow keeps delivering new events until ctx ends; otherwise Read
+	// returns once it has delivered what the stream held when it began.
+	Follow bool
+}
+
+// Read delivers events in stream order to fn through an ordered consumer.
+// It stops at the first error fn returns, and returns it.
+func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters}
+	if len(cfg.FilterSubjects) == 0 {
+		cfg.FilterSubjects = []string{l.subjects.AllSessions()}
+	}
+	switch {
+	case opts.StartSeq > 0:
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = opts.StartSeq
+	case !opts.StartTime.IsZero():
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		t := opts.StartTime
+		cfg.OptStartTime = &t
+	}
+	cons, err := l.js.OrderedConsumer(ctx, l.stream, cfg)
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "events consumer")
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "events consumer info")
+	}
+	if !opts.Follow && info.NumPending == 0 {
+		return nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "events consumer")
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return errcode.Wrap(errcode.Unavailable, err, "read events")
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("event metadata: %w", err)
+		}
+		if err := fn(Msg{StreamSeq: meta.Sequence.Stream, Subject: m.Subject(), Data: m.Data()}); err != nil {
+			return err
+		}
+		if !opts.Follow && meta.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// Session returns every event of one session, in order.
+func (l *Log) Session(ctx context.Context, tenant, session string) ([]Event, error) {
+	var out []Event
+	err := l.Read(ctx, ReadOptions{Filters: []string{l.subjects.SessionFilter(tenant, session)}}, func(m Msg) error {
+		ev, err := m.Decode()
+		if err != nil {
+			return err
+		}
+		out = append(out, ev)
+		return nil
+	})
+	return out, err
+}
