@@ -1,0 +1,188 @@
+package projection
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/paddock-dev/paddock/events"
+)
+
+// Status is a session's lifecycle status.
+type Status string
+
+// The statuses of the state machine in the package doc.
+const (
+	StatusCreating Status = "creating"
+	StatusRunning  Status = "running"
+	StatusStopped  Status = "stopped"
+	StatusShutDown Status = "shut_down"
+	StatusDeleted  Status = "deleted"
+	StatusFailed   Status = "failed"
+)
+
+// Session is the projected state of one session.
+type Session struct {
+	Tenant    string            `json:"tenant"`
+	ID        string            `json:"session_id"`
+	Status    Status            `json:"status"`
+	Node      string            `json:"node"`
+	Runtime   string            `json:"runtime,omitempty"`
+	Image     string            `json:"image,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Epoch     uint64            `json:"epoch"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	LastSeq   uint64            `json:"last_seq"`
+	// InFlight maps the span id of each started, unfinished operation to
+	// its op.
+	InFlight map[string]string `json:"in_flight,omitempty"`
+}
+
+// Error kinds, matched with errors.Is on an *Error.
+var (
+	ErrSeqGap          = errors.New("seq gap")
+	ErrFinishOrphan    = errors.New("finish without start")
+	ErrBadTransition   = errors.New("impossible transition")
+	ErrNotCreatedFirst = errors.New("first event is not a create start")
+	ErrForeignEvent    = errors.New("event of another session")
+)
+
+// Error is an impossible history: which session, at which seq, and why.
+type Error struct {
+	Tenant  string
+	Session string
+	Seq     uint64
+	Kind    error
+	Detail  string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("session %s/%s seq %d: %v: %s", e.Tenant, e.Session, e.Seq, e.Kind, e.Detail)
+}
+
+// Unwrap returns the kind.
+func (e *Error) Unwrap() error { return e.Kind }
+
+type createData struct {
+	Runtime string            `json:"runtime"`
+	Image   string            `json:"image"`
+	Labels  map[string]string `json:"labels"`
+	Epoch   uint64            `json:"epoch"`
+}
+
+// Apply returns s with ev applied. A zero s is a session with no events.
+// On an impossible event it returns s unchanged and an *Error.
+func Apply(s Session, ev events.Event) (Session, error) {
+	fail := func(kind error, format string, args ...any) (Session, error) {
+		return s, &Error{Tenant: ev.Tenant, Session: ev.SessionID, Seq: ev.Seq, Kind: kind, Detail: fmt.Sprintf(format, args...)}
+	}
+	if s.LastSeq == 0 {
+		if ev.Op != "create" || ev.Phase != events.PhaseStart {
+			return fail(ErrNotCreatedFirst, "got %s %s", ev.Op, ev.Phase)
+		}
+	} else if ev.Tenant != s.Tenant || ev.SessionID != s.ID {
+		return fail(ErrForeignEvent, "state is of %s/%s", s.Tenant, s.ID)
+	}
+	if ev.Seq != s.LastSeq+1 {
+		return fail(ErrSeqGap, "want seq %d", s.LastSeq+1)
+	}
+	next := s
+	next.InFlight = make(map[string]string, len(s.InFlight)+1)
+	for k, v := range s.InFlight {
+		next.InFlight[k] = v
+	}
+	switch ev.Phase {
+	case events.PhaseStart:
+		if s.Status == StatusDeleted {
+			return fail(ErrBadTransition, "%s started after delete", ev.Op)
+		}
+		if _, dup := next.InFlight[ev.SpanID]; dup {
+			return fail(ErrBadTransition, "span %s started twice", ev.SpanID)
+		}
+		next.InFlight[ev.SpanID] = ev.Op
+		if ev.Op == "create" {
+			var d createData
+			if len(ev.Data) > 0 {
+				_ = json.Unmarshal(ev.Data, &d) // best effort: details only
+			}
+			next.Tenant, next.ID, next.Node = ev.Tenant, ev.SessionID, ev.Node
+			next.Runtime, next.Image, next.Labels, next.Epoch = d.Runtime, d.Image, d.Labels, d.Epoch
+			next.Status, next.CreatedAt = StatusCreating, ev.TS
+		}
+	case events.PhaseFinish:
+		op, ok := next.InFlight[ev.SpanID]
+		if !ok || op != ev.Op {
+			return fail(ErrFinishOrphan, "%s finish for span %s", ev.Op, ev.SpanID)
+		}
+		delete(next.InFlight, ev.SpanID)
+		succeeded := ev.OK != nil && *ev.OK
+		if st, changed := transition(s.Status, ev.Op, succeeded); changed {
+			if st == "" {
+				return fail(ErrBadTransition, "%s from %s", ev.Op, s.Status)
+			}
+			next.Status = st
+		}
+	default:
+		return fail(ErrBadTransition, "unknown phase %q", ev.Phase)
+	}
+	if len(next.InFlight) == 0 {
+		next.InFlight = nil
+	}
+	next.LastSeq = ev.Seq
+	next.UpdatedAt = ev.TS
+	return next, nil
+}
+
+// transition returns the status after op finished, whether the op changes
+// status at all, and "" when the change is impossible.
+func transition(from Status, op string, ok bool) (Status, bool) {
+	if op == "create" {
+		if ok {
+			return StatusRunning, true
+		}
+		return StatusFailed, true
+	}
+	if !ok {
+		return from, false
+	}
+	switch op {
+	case "start":
+		return allow(from, StatusRunning, StatusRunning, StatusStopped)
+	case "stop":
+		return allow(from, StatusStopped, StatusRunning, StatusStopped)
+	case "shutdown":
+		return allow(from, StatusShutDown, StatusRunning, StatusStopped, StatusShutDown, StatusFailed)
+	case "delete":
+		return allow(from, StatusDeleted, StatusRunning, StatusStopped, StatusShutDown, StatusFailed)
+	}
+	return from, false
+}
+
+func allow(from, to Status, valid ...Status) (Status, bool) {
+	for _, v := range valid {
+		if from == v {
+			return to, true
+		}
+	}
+	return "", true
+}
+
+// Fold applies evs in order to a zero Session. It skips events that do not
+// apply and returns the first such error along with the state.
+func Fold(evs []events.Event) (Session, error) {
+	var s Session
+	var first error
+	for _, ev := range evs {
+		next, err := Apply(s, ev)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		s = next
+	}
+	return s, first
+}
