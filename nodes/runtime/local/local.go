@@ -1,0 +1,147 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+)
+
+// DefaultTimeout bounds an exec that names no timeout when Config gives none.
+const DefaultTimeout = 10 * time.Minute
+
+// Config configures the local runtime.
+type Config struct {
+	// Dir is the parent directory of the sandboxes:
+	// <Dir>/<tenant>/<session>/workspace. Required; created if missing.
+	Dir string
+	// DefaultTimeout bounds an exec that names no timeout (0: DefaultTimeout).
+	DefaultTimeout time.Duration
+}
+
+// Validate returns an error naming the first invalid setting.
+func (c Config) Validate() error {
+	if c.Dir == "" {
+		return errors.New("local runtime: dir is required")
+	}
+	if c.DefaultTimeout < 0 {
+		return errors.New("local runtime: default timeout is negative")
+	}
+	return nil
+}
+
+// Runtime creates local sandboxes. It is safe for concurrent use.
+type Runtime struct {
+	cfg Config
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New returns a local runtime, creating cfg.Dir if needed. It fails if cfg
+// is invalid or the directory cannot be made.
+func New(cfg Config) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.DefaultTimeout == 0 {
+		cfg.DefaultTimeout = DefaultTimeout
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
+	// Resolve symlinks once, so that host paths derived from Dir compare
+	// equal to what EvalSymlinks gives for paths inside it.
+	dir, err := filepath.Abs(cfg.Dir)
+	if err == nil {
+		dir, err = filepath.EvalSymlinks(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
+	cfg.Dir = dir
+	return &Runtime{cfg: cfg}, nil
+}
+
+// Name returns "local".
+func (r *Runtime) Name() string { return "local" }
+
+// WorkspaceDir returns the host directory of a session's workspace, whether
+// or not it exists.
+func (r *Runtime) WorkspaceDir(tenant, session string) string {
+	return filepath.Join(r.cfg.Dir, tenant, session, "workspace")
+}
+
+// Create makes the sandbox's workspace directory and returns the sandbox,
+// running. A tenant or session id that cannot name a single directory is
+// invalid_request; an existing session directory is already_exists; a
+// host failure is runtime_error, with nothing left behind.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	if err := checkComponent("tenant", spec.Tenant); err != nil {
+		return nil, err
+	}
+	if err := checkComponent("session id", spec.SessionID); err != nil {
+		return nil, err
+	}
+	vroot := spec.WorkspaceRoot
+	if vroot == "" {
+		vroot = runtime.DefaultWorkspaceRoot
+	}
+	tenantDir := filepath.Join(r.cfg.Dir, spec.Tenant)
+	if err := os.MkdirAll(tenantDir, 0o755); err != nil {
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "create tenant directory")
+	}
+	sessionDir := filepath.Join(tenantDir, spec.SessionID)
+	if err := os.Mkdir(sessionDir, 0o755); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, errcode.New(errcode.AlreadyExists, "session %s already has a sandbox directory", spec.SessionID)
+		}
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "create session directory")
+	}
+	ws := filepath.Join(sessionDir, "workspace")
+	root, err := openWorkspace(ws)
+	if err != nil {
+		_ = os.RemoveAll(sessionDir)
+		return nil, err
+	}
+	return &Sandbox{
+		sessionDir: sessionDir,
+		dir:        ws,
+		vroot:      vroot,
+		env:        maps.Clone(spec.Env),
+		timeout:    r.cfg.DefaultTimeout,
+		root:       root,
+		state:      stateRunning,
+		procs:      make(map[*proc]struct{}),
+	}, nil
+}
+
+// checkComponent refuses a tenant or session id that is not a single,
+// ordinary path component.
+func checkComponent(what, s string) error {
+	if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\\\x00") {
+		return errcode.New(errcode.InvalidRequest, "%s %q cannot name a directory", what, s)
+	}
+	return nil
+}
+
+func openWorkspace(ws string) (*os.Root, error) {
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, errcode.New(errcode.AlreadyExists, "workspace %s already exists", ws)
+		}
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "create workspace")
+	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "open workspace")
+	}
+	return root, nil
+}

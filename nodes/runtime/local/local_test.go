@@ -1,0 +1,353 @@
+package local_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/local"
+	"github.com/paddock-dev/paddock/nodes/runtime/runtimetest"
+)
+
+func newRuntime(t *testing.T) *local.Runtime {
+	t.Helper()
+	rt, err := local.New(local.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return rt
+}
+
+func TestContract(t *testing.T) {
+	runtimetest.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, runtimetest.Options{})
+}
+
+// create makes a sandbox of tenant "t" with a fresh session id and shuts it
+// down when the test ends.
+func create(t *testing.T, rt *local.Runtime, env map[string]string) (runtime.Sandbox, string) {
+	t.Helper()
+	session := uuid.NewString()
+	sb, err := rt.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: session, Env: env})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() {
+		// t.Context is already cancelled when cleanups run.
+		if err := sb.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return sb, session
+}
+
+func wantCode(t *testing.T, what string, err error, code errcode.Code) {
+	t.Helper()
+	if got := errcode.Of(err); got != code {
+		t.Errorf("%s: got error %v (code %q), want code %q", what, err, got, code)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  local.Config
+		fail bool
+	}{
+		{local.Config{Dir: "/x"}, false},
+		{local.Config{Dir: "/x", DefaultTimeout: time.Second}, false},
+		{local.Config{}, true},
+		{local.Config{Dir: "/x", DefaultTimeout: -1}, true},
+	} {
+		if err := tc.cfg.Validate(); (err != nil) != tc.fail {
+			t.Errorf("Validate(%+v): got %v, want failure %v", tc.cfg, err, tc.fail)
+		}
+	}
+	if _, err := local.New(local.Config{}); err == nil {
+		t.Errorf("New with no dir: got nil error, want one")
+	}
+}
+
+func TestName(t *testing.T) {
+	if got := newRuntime(t).Name(); got != "local" {
+		t.Errorf("Name: got %q, want local", got)
+	}
+}
+
+func TestShutdownRemovesSessionDir(t *testing.T) {
+	rt := newRuntime(t)
+	sb, session := create(t, rt, nil)
+	ws := rt.WorkspaceDir("t", session)
+	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
+		t.Fatalf("workspace %s: got %v, want a directory", ws, err)
+	}
+	if err := sb.WriteFile(t.Context(), "locked/f", []byte("x"), 0o644); err != nil {
+		t.Fatalf("WriteFile: %v", err)
+	}
+	// A directory a command made unwritable does not stop the removal.
+	if err := os.Chmod(filepath.Join(ws, "locked"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Shutdown(t.Context()); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, err := os.Stat(filepath.Dir(ws)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("session dir after Shutdown: got %v, want not exist", err)
+	}
+	_, _, err := sb.ReadFile(t.Context(), "locked/f", 10)
+	wantCode(t, "ReadFile after Shutdown", err, errcode.InvalidState)
+	wantCode(t, "WriteFile after Shutdown", sb.WriteFile(t.Context(), "g", nil, 0), errcode.InvalidState)
+	wantCode(t, "Stop after Shutdown", sb.Stop(t.Context()), errcode.InvalidState)
+}
+
+func TestCreateExisting(t *testing.T) {
+	rt := newRuntime(t)
+	_, session := create(t, rt, nil)
+	_, err := rt.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: session})
+	wantCode(t, "Create existing", err, errcode.AlreadyExists)
+	// The failed create left the existing sandbox alone.
+	if _, err := os.Stat(rt.WorkspaceDir("t", session)); err != nil {
+		t.Errorf("workspace after failed Create: %v", err)
+	}
+}
+
+func TestCreateBadNames(t *testing.T) {
+	rt := newRuntime(t)
+	for _, name := range []string{"", ".", "..", "../x", "a/b", `a\b`, "a\x00b"} {
+		_, err := rt.Create(t.Context(), runtime.Spec{Tenant: name, SessionID: "s"})
+		wantCode(t, "tenant "+strconv.Quote(name), err, errcode.InvalidRequest)
+		_, err = rt.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: name})
+		wantCode(t, "session "+strconv.Quote(name), err, errcode.InvalidRequest)
+	}
+}
+
+func TestFileOpsOnStoppedSandbox(t *testing.T) {
+	sb, _ := create(t, newRuntime(t), nil)
+	ctx := t.Context()
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.WriteFile(ctx, "f", []byte("stopped"), 0); err != nil {
+		t.Fatalf("WriteFile while stopped: %v", err)
+	}
+	got, mode, err := sb.ReadFile(ctx, "f", 100)
+	if err != nil || string(got) != "stopped" || mode != 0o644 {
+		t.Errorf("ReadFile: got %q mode %o, %v, want %q mode 644 (the default), nil", got, mode, err, "stopped")
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	t.Setenv("PADDOCK_HOST_ONLY", "leak")
+	rt := newRuntime(t)
+	sb, session := create(t, rt, map[string]string{"PATH": "/bin:/usr/bin"})
+	res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", `printf '%s|%s|%s' "${PADDOCK_HOST_ONLY-unset}" "$HOME" "$PATH"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "unset|" + rt.WorkspaceDir("t", session) + "|/bin:/usr/bin"
+	if got := string(res.Stdout); got != want {
+		t.Errorf("environment: got %q, want %q", got, want)
+	}
+}
+
+func TestExecStartFailures(t *testing.T) {
+	sb, _ := create(t, newRuntime(t), nil)
+	ctx := t.Context()
+	if err := sb.WriteFile(ctx, "script.sh", []byte("#!/bin/sh\necho hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		argv   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"./script.sh"}, 126, "./script.sh: "},
+		{[]string{"./missing.sh"}, 127, "./missing.sh: command not found\n"},
+		{[]string{"paddock-no-such-program"}, 127, "paddock-no-such-program: command not found\n"},
+		{[]string{"sh", "-c", "kill -9 $$"}, 137, ""},
+	} {
+		res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: tc.argv})
+		if err != nil || res.ExitCode != tc.code || !strings.HasPrefix(string(res.Stderr), tc.stderr) {
+			t.Errorf("Exec %q: got exit %d stderr %q, %v, want exit %d stderr %q..., nil", tc.argv, res.ExitCode, res.Stderr, err, tc.code, tc.stderr)
+		}
+	}
+	if err := sb.WriteFile(ctx, "script.sh", []byte("#!/bin/sh\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"./script.sh"}}); err != nil || string(res.Stdout) != "hi\n" {
+		t.Errorf("./script.sh: got %q, %v, want %q, nil", res.Stdout, err, "hi\n")
+	}
+	_, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}, Cwd: "script.sh"})
+	wantCode(t, "cwd a file", err, errcode.InvalidRequest)
+}
+
+// A background child the command leaves behind neither delays the result
+// nor outlives it.
+func TestExecKillsLeftovers(t *testing.T) {
+	sb, _ := create(t, newRuntime(t), nil)
+	start := time.Now()
+	res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", "sleep 100 & echo $!"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The output pipes are drained for up to 2s after the group is killed;
+	// returning sooner shows the leftover did not hold them.
+	if elapsed := time.Since(start); elapsed >= 2*time.Second {
+		t.Errorf("Exec returned after %s, want under the 2s drain bound", elapsed)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+	if err != nil {
+		t.Fatalf("stdout %q: %v", res.Stdout, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("background child %d still alive", pid)
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid is a live process (a zombie awaiting its
+// reaper is dead).
+func alive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil
+	}
+	// The state follows the parenthesised command name.
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X')
+}
+
+func TestSymlinksInsideAreFollowed(t *testing.T) {
+	sb, _ := create(t, newRuntime(t), nil)
+	ctx := t.Context()
+	if err := sb.WriteFile(ctx, "d/a.txt", []byte("inside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", "ln -s d/a.txt link && ln -s d dlink && ln -s ../d d/self"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("ln: %+v, %v", res, err)
+	}
+	for _, p := range []string{"link", "dlink/a.txt", "d/self/self/a.txt"} {
+		if got, _, err := sb.ReadFile(ctx, p, 100); err != nil || string(got) != "inside" {
+			t.Errorf("ReadFile %s: got %q, %v, want %q, nil", p, got, err, "inside")
+		}
+	}
+	entries, err := sb.List(ctx, "dlink")
+	if err != nil || len(entries) != 2 || entries[0].Name != "a.txt" || entries[1].Type != "symlink" {
+		t.Errorf("List dlink: got %+v, %v, want a.txt and the symlink self", entries, err)
+	}
+	if res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"cat", "a.txt"}, Cwd: "dlink"}); err != nil || string(res.Stdout) != "inside" {
+		t.Errorf("cat in dlink: got %q, %v, want %q, nil", res.Stdout, err, "inside")
+	}
+	// Writing onto a symlink replaces the link, not its target.
+	if err := sb.WriteFile(ctx, "link", []byte("replaced"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := sb.ReadFile(ctx, "d/a.txt", 100); string(got) != "inside" {
+		t.Errorf("target after writing the link: got %q, want %q", got, "inside")
+	}
+}
+
+func TestReadNonRegular(t *testing.T) {
+	rt := newRuntime(t)
+	sb, session := create(t, rt, nil)
+	if err := syscall.Mkfifo(filepath.Join(rt.WorkspaceDir("t", session), "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := sb.ReadFile(t.Context(), "fifo", 100)
+	wantCode(t, "ReadFile fifo", err, errcode.InvalidRequest)
+	_, _, err = sb.ReadFile(t.Context(), ".", 100)
+	wantCode(t, "ReadFile .", err, errcode.InvalidRequest)
+	entries, err := sb.List(t.Context(), "fifo")
+	if err != nil || len(entries) != 1 || entries[0].Type != "other" {
+		t.Errorf("List fifo: got %+v, %v, want one entry of type other", entries, err)
+	}
+}
+
+func TestMkdirParentsOverFile(t *testing.T) {
+	sb, _ := create(t, newRuntime(t), nil)
+	if err := sb.WriteFile(t.Context(), "f", nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "Mkdir -p over a file", sb.Mkdir(t.Context(), "f", true), errcode.AlreadyExists)
+	if err := sb.Mkdir(t.Context(), ".", true); err != nil {
+		t.Errorf("Mkdir -p .: got %v, want nil", err)
+	}
+}
+
+// Many commands running while the sandbox shuts down are all killed and
+// waited for.
+func TestShutdownKillsConcurrentExecs(t *testing.T) {
+	sb, _ := create(t, newRuntime(t), nil)
+	ctx := t.Context()
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", "echo > started" + strconv.Itoa(i) + "; sleep 100"}})
+			errs <- err
+		})
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; i < n; {
+		if _, _, err := sb.ReadFile(ctx, "started"+strconv.Itoa(i), 10); err == nil {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("command %d did not start", i)
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+	if err := sb.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		wantCode(t, "Exec during Shutdown", err, errcode.InvalidState)
+	}
+}
+
+func TestExecCancelled(t *testing.T) {
+	sb, _ := create(t, newRuntime(t), nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", "echo > started; sleep 100"}})
+		done <- err
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, _, err := sb.ReadFile(t.Context(), "started", 10); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("command did not start")
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Exec cancelled: got %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Exec did not return after cancel")
+	}
+}

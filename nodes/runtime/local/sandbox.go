@@ -1,0 +1,155 @@
+package local
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+)
+
+type state int
+
+const (
+	stateRunning state = iota
+	stateStopped
+	stateShutDown
+)
+
+// Sandbox is one local sandbox. Its methods are safe for concurrent use.
+type Sandbox struct {
+	sessionDir string            // <Dir>/<tenant>/<session>, removed by Shutdown
+	dir        string            // host path of the workspace
+	vroot      string            // the workspace root as absolute workspace paths name it
+	env        map[string]string // every process's environment, over the base
+	timeout    time.Duration     // for an exec that names none
+
+	mu    sync.Mutex // guards the fields below
+	root  *os.Root   // nil after Shutdown
+	state state
+	procs map[*proc]struct{} // running commands
+}
+
+// proc is one running command: its process group and a channel closed once
+// the command has been reaped and its output drained.
+type proc struct {
+	pgid int
+	done chan struct{}
+}
+
+var _ runtime.Sandbox = (*Sandbox)(nil)
+
+// Dir returns the workspace's host directory.
+func (s *Sandbox) Dir() string { return s.dir }
+
+// Start makes a stopped sandbox running; a running one is left as it is.
+// After Shutdown it is invalid_state.
+func (s *Sandbox) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == stateShutDown {
+		return errcode.New(errcode.InvalidState, "sandbox is shut down")
+	}
+	s.state = stateRunning
+	return nil
+}
+
+// Stop kills the sandbox's processes and waits for them (or for ctx),
+// keeping the workspace. Stopping a stopped sandbox is a no-op; after
+// Shutdown it is invalid_state.
+func (s *Sandbox) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if s.state == stateShutDown {
+		s.mu.Unlock()
+		return errcode.New(errcode.InvalidState, "sandbox is shut down")
+	}
+	s.state = stateStopped
+	procs := s.killLocked()
+	s.mu.Unlock()
+	return waitProcs(ctx, procs)
+}
+
+// Shutdown kills the sandbox's processes, waits for them (or for ctx) and
+// removes the session's directory. It is idempotent; a directory that
+// cannot be removed is runtime_error.
+func (s *Sandbox) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.state == stateShutDown {
+		s.mu.Unlock()
+		return nil
+	}
+	s.state = stateShutDown
+	procs := s.killLocked()
+	root := s.root
+	s.root = nil
+	s.mu.Unlock()
+
+	werr := waitProcs(ctx, procs)
+	_ = root.Close()
+	if err := removeTree(s.sessionDir); err != nil {
+		return errcode.Wrap(errcode.RuntimeError, err, "remove sandbox directory")
+	}
+	return werr
+}
+
+// Running reports whether the sandbox is running; it never fails.
+func (s *Sandbox) Running(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state == stateRunning, nil
+}
+
+// killLocked sends SIGKILL to every running command's process group and
+// returns the commands to wait for. s.mu must be held.
+func (s *Sandbox) killLocked() []*proc {
+	procs := make([]*proc, 0, len(s.procs))
+	for p := range s.procs {
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		procs = append(procs, p)
+	}
+	return procs
+}
+
+// waitProcs waits until every command in procs is done, or ctx ends.
+func waitProcs(ctx context.Context, procs []*proc) error {
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return errcode.Wrap(errcode.RuntimeError, ctx.Err(), "wait for killed processes")
+		}
+	}
+	return nil
+}
+
+// removeTree removes dir and everything in it. A command may have left
+// directories without write or search permission; they are opened up and
+// the removal retried.
+func removeTree(dir string) error {
+	err := os.RemoveAll(dir)
+	if err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, werr error) error {
+		if d != nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+// fsRoot returns the workspace's os.Root, or invalid_state after Shutdown.
+func (s *Sandbox) fsRoot() (*os.Root, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == stateShutDown {
+		return nil, errcode.New(errcode.InvalidState, "sandbox is shut down")
+	}
+	return s.root, nil
+}

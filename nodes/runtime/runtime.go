@@ -1,0 +1,93 @@
+package runtime
+
+import (
+	"context"
+	"io/fs"
+	"time"
+
+	"github.com/paddock-dev/paddock/commands"
+)
+
+// Runtime creates sandboxes of one kind.
+type Runtime interface {
+	// Name is the runtime's name as create specs and node records give it
+	// ("local", "docker").
+	Name() string
+	// Create provisions and starts a sandbox for spec. On error nothing the
+	// call made is left behind.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+}
+
+// Spec is what a runtime needs to create a sandbox.
+type Spec struct {
+	Tenant    string
+	SessionID string
+	Node      string
+	Epoch     uint64
+	Image     string
+	// Env holds every variable the sandbox's processes get, secret ones
+	// included; the runtime never logs it.
+	Env         map[string]string
+	Labels      map[string]string
+	CPUs        float64
+	MemoryBytes int64
+	// WorkspaceRoot is the workspace directory as the sandbox sees it.
+	WorkspaceRoot string
+}
+
+// Sandbox is one running (or stopped) sandbox. Its methods are safe for
+// concurrent use. Every path argument is a workspace path: relative to the
+// workspace root, or absolute under it (see Rel).
+type Sandbox interface {
+	// Start starts a stopped sandbox; starting a running one is a no-op.
+	Start(ctx context.Context) error
+	// Stop stops the sandbox's processes and keeps its workspace.
+	Stop(ctx context.Context) error
+	// Shutdown removes every resource the sandbox holds, its workspace
+	// included. It is idempotent.
+	Shutdown(ctx context.Context) error
+	// Running reports whether the sandbox can execute commands now.
+	Running(ctx context.Context) (bool, error)
+	// Exec runs a command to completion. A non-zero exit is not an error;
+	// a timeout is exec_timeout, after the whole process tree is killed.
+	Exec(ctx context.Context, spec ExecSpec) (ExecResult, error)
+	// ReadFile returns a regular file's content and permission bits. A file
+	// larger than limit is payload_too_large.
+	ReadFile(ctx context.Context, path string, limit int64) ([]byte, fs.FileMode, error)
+	// WriteFile replaces a file's content atomically, creating missing
+	// parent directories.
+	WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error
+	// List returns a directory's entries sorted by name (a file lists itself).
+	List(ctx context.Context, path string) ([]commands.Entry, error)
+	// Remove removes a file or an empty directory, or a whole tree when
+	// recursive is set. The workspace root itself cannot be removed.
+	Remove(ctx context.Context, path string, recursive bool) error
+	// Mkdir makes a directory; with parents it makes missing parents and
+	// accepts an existing directory.
+	Mkdir(ctx context.Context, path string, parents bool) error
+}
+
+// ExecSpec is one command to run.
+type ExecSpec struct {
+	// Argv is the program and its arguments; Argv[0] is looked up in PATH.
+	Argv []string
+	// Env is added to the sandbox's environment for this command only.
+	Env map[string]string
+	// Cwd is a workspace path; empty means the workspace root.
+	Cwd string
+	// Timeout bounds the command; zero means no bound beyond ctx.
+	Timeout time.Duration
+	// MaxOutput caps the bytes kept of stdout and of stderr each.
+	MaxOutput int
+}
+
+// ExecResult is the outcome of a command that ran.
+type ExecResult struct {
+	ExitCode        int
+	Stdout          []byte
+	Stderr          []byte
+	StdoutBytes     int64
+	StderrBytes     int64
+	StdoutTruncated bool
+	StderrTruncated bool
+}

@@ -1,0 +1,546 @@
+package runtimetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+)
+
+// Tenant is the tenant of every sandbox the suite creates.
+const Tenant = "contract"
+
+// Options tunes the suite for a runtime.
+type Options struct {
+	// Image is passed as Spec.Image to every Create.
+	Image string
+}
+
+// bound is how long a command that should be killed may take to return. It
+// is a bound against hanging, not a timing assertion.
+const bound = 20 * time.Second
+
+// Run runs the contract suite as parallel subtests of t. newRuntime is
+// called once per subtest and may register cleanups on the t it is given;
+// every subtest creates its own sandbox and shuts it down when it ends.
+func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, opts Options) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s *suite)
+	}{
+		{"ExitCodes", testExitCodes},
+		{"OutputSeparation", testOutputSeparation},
+		{"Timeout", testTimeout},
+		{"Env", testEnv},
+		{"Cwd", testCwd},
+		{"LargeOutput", testLargeOutput},
+		{"FileRoundTrip", testFileRoundTrip},
+		{"ReadLimit", testReadLimit},
+		{"List", testList},
+		{"RemoveAndMkdir", testRemoveAndMkdir},
+		{"PathEscapes", testPathEscapes},
+		{"SymlinkEscapes", testSymlinkEscapes},
+		{"WorkspaceRoot", testWorkspaceRoot},
+		{"Lifecycle", testLifecycle},
+		{"StopKillsCommands", testStopKillsCommands},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, &suite{rt: newRuntime(t), opts: opts})
+		})
+	}
+}
+
+// suite is what a subtest gets: the runtime under test and the options.
+type suite struct {
+	rt   runtime.Runtime
+	opts Options
+}
+
+// sandbox creates a sandbox with a fresh session id and shuts it down when
+// the test ends.
+func (s *suite) sandbox(t *testing.T, env map[string]string, workspaceRoot string) runtime.Sandbox {
+	t.Helper()
+	spec := runtime.Spec{
+		Tenant:        Tenant,
+		SessionID:     uuid.NewString(),
+		Node:          "contract-node",
+		Epoch:         1,
+		Image:         s.opts.Image,
+		Env:           env,
+		Labels:        map[string]string{"paddock.contract": "true"},
+		WorkspaceRoot: workspaceRoot,
+	}
+	sb, err := s.rt.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() {
+		// t.Context is already cancelled when cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sb.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return sb
+}
+
+func sh(script string) []string { return []string{"sh", "-c", script} }
+
+// run executes argv and fails the test if Exec returns an error.
+func run(t *testing.T, sb runtime.Sandbox, spec runtime.ExecSpec) runtime.ExecResult {
+	t.Helper()
+	res, err := sb.Exec(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("Exec %q: %v", spec.Argv, err)
+	}
+	return res
+}
+
+// runOK executes argv, failing the test unless it exits 0, and returns
+// its stdout.
+func runOK(t *testing.T, sb runtime.Sandbox, argv ...string) string {
+	t.Helper()
+	res := run(t, sb, runtime.ExecSpec{Argv: argv})
+	if res.ExitCode != 0 {
+		t.Fatalf("Exec %q: exit code %d, stderr %q", argv, res.ExitCode, res.Stderr)
+	}
+	return string(res.Stdout)
+}
+
+// wantCode fails the test unless err carries code.
+func wantCode(t *testing.T, what string, err error, code errcode.Code) {
+	t.Helper()
+	if got := errcode.Of(err); got != code {
+		t.Errorf("%s: got error %v (code %q), want code %q", what, err, got, code)
+	}
+}
+
+func write(t *testing.T, sb runtime.Sandbox, path string, data []byte, mode fs.FileMode) {
+	t.Helper()
+	if err := sb.WriteFile(t.Context(), path, data, mode); err != nil {
+		t.Fatalf("WriteFile %s: %v", path, err)
+	}
+}
+
+func testExitCodes(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	for _, tc := range []struct {
+		argv []string
+		want int
+	}{
+		{sh("exit 0"), 0},
+		{sh("exit 3"), 3},
+		{sh("exit 255"), 255},
+		{[]string{"paddock-contract-no-such-program"}, 127},
+	} {
+		res := run(t, sb, runtime.ExecSpec{Argv: tc.argv})
+		if res.ExitCode != tc.want {
+			t.Errorf("Exec %q: got exit code %d, want %d", tc.argv, res.ExitCode, tc.want)
+		}
+	}
+}
+
+func testOutputSeparation(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	res := run(t, sb, runtime.ExecSpec{Argv: sh("echo out; echo err >&2")})
+	if got, want := string(res.Stdout), "out\n"; got != want {
+		t.Errorf("stdout: got %q, want %q", got, want)
+	}
+	if got, want := string(res.Stderr), "err\n"; got != want {
+		t.Errorf("stderr: got %q, want %q", got, want)
+	}
+	if res.StdoutBytes != 4 || res.StderrBytes != 4 {
+		t.Errorf("byte counts: got %d/%d, want 4/4", res.StdoutBytes, res.StderrBytes)
+	}
+	if res.StdoutTruncated || res.StderrTruncated {
+		t.Errorf("truncated: got %v/%v, want false/false", res.StdoutTruncated, res.StderrTruncated)
+	}
+}
+
+func testTimeout(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	for _, argv := range [][]string{
+		{"sleep", "30"},
+		sh("sleep 30 & sleep 30"), // the background child holds the output pipes too
+	} {
+		start := time.Now()
+		_, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: argv, Timeout: 300 * time.Millisecond})
+		elapsed := time.Since(start)
+		if !errors.Is(err, errcode.ErrExecTimeout) {
+			t.Errorf("Exec %q: got error %v, want exec_timeout", argv, err)
+		}
+		if elapsed > bound {
+			t.Errorf("Exec %q: returned after %s, want under %s", argv, elapsed, bound)
+		}
+	}
+	// The sandbox survives a timeout.
+	if got, want := runOK(t, sb, "echo", "alive"), "alive\n"; got != want {
+		t.Errorf("after timeouts: got %q, want %q", got, want)
+	}
+}
+
+func testEnv(t *testing.T, s *suite) {
+	sb := s.sandbox(t, map[string]string{"PADDOCK_A": "sandbox-a", "PADDOCK_B": "sandbox-b"}, "")
+	script := sh(`printf '%s %s %s' "$PADDOCK_A" "$PADDOCK_B" "$PADDOCK_C"`)
+	res := run(t, sb, runtime.ExecSpec{Argv: script, Env: map[string]string{"PADDOCK_B": "exec-b", "PADDOCK_C": "exec-c"}})
+	if got, want := string(res.Stdout), "sandbox-a exec-b exec-c"; got != want {
+		t.Errorf("with exec env: got %q, want %q", got, want)
+	}
+	// An exec's env applies to that command only.
+	res = run(t, sb, runtime.ExecSpec{Argv: script})
+	if got, want := string(res.Stdout), "sandbox-a sandbox-b "; got != want {
+		t.Errorf("without exec env: got %q, want %q", got, want)
+	}
+}
+
+func testCwd(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	if err := sb.Mkdir(t.Context(), "sub", false); err != nil {
+		t.Fatalf("Mkdir: %v", err)
+	}
+	for _, cwd := range []string{"sub", runtime.DefaultWorkspaceRoot + "/sub"} {
+		res := run(t, sb, runtime.ExecSpec{Argv: sh("pwd"), Cwd: cwd})
+		if got := strings.TrimSuffix(string(res.Stdout), "\n"); !strings.HasSuffix(got, "/sub") {
+			t.Errorf("pwd in %q: got %q, want a path ending in /sub", cwd, got)
+		}
+	}
+	write(t, sb, "sub/f.txt", []byte("in sub"), 0o644)
+	res := run(t, sb, runtime.ExecSpec{Argv: []string{"cat", "f.txt"}, Cwd: "sub"})
+	if got, want := string(res.Stdout), "in sub"; got != want {
+		t.Errorf("cat f.txt in sub: got %q, want %q", got, want)
+	}
+
+	_, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: sh("pwd"), Cwd: "../x"})
+	wantCode(t, "cwd ../x", err, errcode.InvalidPath)
+	_, err = sb.Exec(t.Context(), runtime.ExecSpec{Argv: sh("pwd"), Cwd: "missing"})
+	wantCode(t, "cwd missing", err, errcode.NotFound)
+}
+
+func testLargeOutput(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	res := run(t, sb, runtime.ExecSpec{Argv: sh("yes | head -c 2000000"), MaxOutput: 1000})
+	if res.ExitCode != 0 {
+		t.Errorf("exit code: got %d, want 0 (stderr %q)", res.ExitCode, res.Stderr)
+	}
+	if got, want := len(res.Stdout), 1000; got != want {
+		t.Errorf("kept stdout: got %d bytes, want %d", got, want)
+	}
+	if want := bytes.Repeat([]byte("y\n"), 500); !bytes.Equal(res.Stdout, want) {
+		t.Errorf("kept stdout: got %.20q..., want %.20q...", res.Stdout, want)
+	}
+	if !res.StdoutTruncated {
+		t.Errorf("StdoutTruncated: got false, want true")
+	}
+	if got, want := res.StdoutBytes, int64(2000000); got != want {
+		t.Errorf("StdoutBytes: got %d, want %d", got, want)
+	}
+}
+
+func testFileRoundTrip(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	write(t, sb, "a/b/c.txt", all, 0o600)
+	got, mode, err := sb.ReadFile(ctx, "a/b/c.txt", 1<<20)
+	if err != nil {
+		t.Fatalf("ReadFile: %v", err)
+	}
+	if !bytes.Equal(got, all) {
+		t.Errorf("content: got %q, want all 256 byte values", got)
+	}
+	if mode != 0o600 {
+		t.Errorf("mode: got %o, want 600", mode)
+	}
+
+	// Overwriting replaces content and mode; the umask does not apply.
+	write(t, sb, "a/b/c.txt", []byte("new"), 0o777)
+	got, mode, err = sb.ReadFile(ctx, "/workspace/a/b/c.txt", 1<<20)
+	if err != nil {
+		t.Fatalf("ReadFile after overwrite: %v", err)
+	}
+	if string(got) != "new" || mode != 0o777 {
+		t.Errorf("after overwrite: got %q mode %o, want %q mode 777", got, mode, "new")
+	}
+
+	write(t, sb, runtime.DefaultWorkspaceRoot+"/x.txt", []byte("absolute"), 0o644)
+	got, _, err = sb.ReadFile(ctx, "x.txt", 1<<20)
+	if err != nil || string(got) != "absolute" {
+		t.Errorf("ReadFile x.txt: got %q, %v, want %q, nil", got, err, "absolute")
+	}
+	if out := runOK(t, sb, "cat", "x.txt"); out != "absolute" {
+		t.Errorf("cat x.txt: got %q, want %q", out, "absolute")
+	}
+	// And a file a command writes is readable.
+	runOK(t, sb, "sh", "-c", "printf 'from exec' > made.txt")
+	got, _, err = sb.ReadFile(ctx, "made.txt", 1<<20)
+	if err != nil || string(got) != "from exec" {
+		t.Errorf("ReadFile made.txt: got %q, %v, want %q, nil", got, err, "from exec")
+	}
+
+	_, _, err = sb.ReadFile(ctx, "missing.txt", 1<<20)
+	wantCode(t, "ReadFile missing.txt", err, errcode.NotFound)
+	wantCode(t, "WriteFile onto a directory", sb.WriteFile(ctx, "a/b", []byte("x"), 0o644), errcode.InvalidRequest)
+	wantCode(t, "WriteFile onto the root", sb.WriteFile(ctx, ".", []byte("x"), 0o644), errcode.InvalidPath)
+}
+
+func testReadLimit(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	write(t, sb, "big", bytes.Repeat([]byte{'z'}, 2000), 0o644)
+	_, _, err := sb.ReadFile(t.Context(), "big", 1000)
+	wantCode(t, "ReadFile 2000 bytes with limit 1000", err, errcode.PayloadTooLarge)
+	got, _, err := sb.ReadFile(t.Context(), "big", 2000)
+	if err != nil || len(got) != 2000 {
+		t.Errorf("ReadFile with limit 2000: got %d bytes, %v, want 2000 bytes, nil", len(got), err)
+	}
+}
+
+func testList(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	write(t, sb, "b.txt", []byte("bbb"), 0o644)
+	write(t, sb, "a.txt", []byte("a"), 0o640)
+	if err := sb.Mkdir(ctx, "c", false); err != nil {
+		t.Fatalf("Mkdir: %v", err)
+	}
+	entries, err := sb.List(ctx, ".")
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	type row struct{ name, typ string }
+	var got []row
+	for _, e := range entries {
+		got = append(got, row{e.Name, e.Type})
+	}
+	if want := []row{{"a.txt", "file"}, {"b.txt", "file"}, {"c", "dir"}}; !slices.Equal(got, want) {
+		t.Fatalf("List .: got %v, want %v", got, want)
+	}
+	// Directory modes depend on the umask; file modes were set exactly.
+	for i, want := range []struct {
+		size int64
+		mode uint32
+	}{{1, 0o640}, {3, 0o644}} {
+		if e := entries[i]; e.Size != want.size || e.Mode != want.mode {
+			t.Errorf("%s: got size %d mode %o, want size %d mode %o", e.Name, e.Size, e.Mode, want.size, want.mode)
+		}
+	}
+
+	entries, err = sb.List(ctx, "b.txt")
+	if err != nil || len(entries) != 1 || entries[0].Name != "b.txt" || entries[0].Type != "file" || entries[0].Size != 3 {
+		t.Errorf("List b.txt: got %+v, %v, want one file entry b.txt of 3 bytes", entries, err)
+	}
+	entries, err = sb.List(ctx, "c")
+	if err != nil || len(entries) != 0 {
+		t.Errorf("List c: got %+v, %v, want no entries", entries, err)
+	}
+	_, err = sb.List(ctx, "missing")
+	wantCode(t, "List missing", err, errcode.NotFound)
+}
+
+func testRemoveAndMkdir(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	if err := sb.Mkdir(ctx, "d", false); err != nil {
+		t.Fatalf("Mkdir d: %v", err)
+	}
+	wantCode(t, "Mkdir d again", sb.Mkdir(ctx, "d", false), errcode.AlreadyExists)
+	if err := sb.Mkdir(ctx, "d", true); err != nil {
+		t.Errorf("Mkdir d again with parents: got %v, want nil", err)
+	}
+	wantCode(t, "Mkdir p/q/r", sb.Mkdir(ctx, "p/q/r", false), errcode.NotFound)
+	if err := sb.Mkdir(ctx, "p/q/r", true); err != nil {
+		t.Fatalf("Mkdir p/q/r with parents: %v", err)
+	}
+	write(t, sb, "p/q/r/f", []byte("x"), 0o644)
+	wantCode(t, "Mkdir over a file", sb.Mkdir(ctx, "p/q/r/f", false), errcode.AlreadyExists)
+
+	wantCode(t, "Remove p without recursive", sb.Remove(ctx, "p", false), errcode.InvalidRequest)
+	if err := sb.Remove(ctx, "p/q/r/f", false); err != nil {
+		t.Errorf("Remove file: %v", err)
+	}
+	if err := sb.Remove(ctx, "d", false); err != nil {
+		t.Errorf("Remove empty dir: %v", err)
+	}
+	if err := sb.Remove(ctx, "p", true); err != nil {
+		t.Errorf("Remove p recursive: %v", err)
+	}
+	entries, err := sb.List(ctx, ".")
+	if err != nil || len(entries) != 0 {
+		t.Errorf("List after removals: got %+v, %v, want no entries", entries, err)
+	}
+	wantCode(t, "Remove .", sb.Remove(ctx, ".", true), errcode.InvalidPath)
+	wantCode(t, "Remove /workspace", sb.Remove(ctx, runtime.DefaultWorkspaceRoot, true), errcode.InvalidPath)
+	wantCode(t, "Remove missing", sb.Remove(ctx, "missing", false), errcode.NotFound)
+	wantCode(t, "Remove missing recursive", sb.Remove(ctx, "missing", true), errcode.NotFound)
+}
+
+func testPathEscapes(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	for _, p := range []string{"../etc/passwd", "/etc/passwd", "a/../../etc/passwd", "/workspacex/f"} {
+		_, _, err := sb.ReadFile(ctx, p, 1<<20)
+		wantCode(t, "ReadFile "+p, err, errcode.InvalidPath)
+	}
+	wantCode(t, "WriteFile ../../x", sb.WriteFile(ctx, "../../x", []byte("x"), 0o644), errcode.InvalidPath)
+	wantCode(t, "Mkdir ../x", sb.Mkdir(ctx, "../x", true), errcode.InvalidPath)
+	wantCode(t, "Remove ../x", sb.Remove(ctx, "../x", true), errcode.InvalidPath)
+	_, err := sb.List(ctx, "/")
+	wantCode(t, "List /", err, errcode.InvalidPath)
+}
+
+func testSymlinkEscapes(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	outside := "/tmp/paddock-contract-" + uuid.NewString()
+	runOK(t, sb, "sh", "-c", "ln -s / escape && ln -s /etc/passwd pw && ln -s .. up && echo keep > "+outside)
+	t.Cleanup(func() {
+		// t.Context is already cancelled when cleanups run; the sandbox is
+		// shut down after this cleanup (cleanups run last first).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"rm", "-f", outside, outside + "-w"}})
+	})
+
+	entries, err := sb.List(ctx, ".")
+	if err != nil {
+		t.Fatalf("List .: %v", err)
+	}
+	for _, e := range entries {
+		if e.Type != "symlink" {
+			t.Errorf("List .: %s has type %q, want symlink", e.Name, e.Type)
+		}
+	}
+	for _, p := range []string{"escape/etc/passwd", "pw", "up/x", "escape" + outside} {
+		_, _, err := sb.ReadFile(ctx, p, 1<<20)
+		wantCode(t, "ReadFile "+p, err, errcode.InvalidPath)
+	}
+	wantCode(t, "WriteFile escape"+outside+"-w", sb.WriteFile(ctx, "escape"+outside+"-w", []byte("x"), 0o644), errcode.InvalidPath)
+	wantCode(t, "WriteFile up/x", sb.WriteFile(ctx, "up/x", []byte("x"), 0o644), errcode.InvalidPath)
+	wantCode(t, "Mkdir escape"+outside+"-w", sb.Mkdir(ctx, "escape"+outside+"-w", true), errcode.InvalidPath)
+	wantCode(t, "Remove escape"+outside, sb.Remove(ctx, "escape"+outside, false), errcode.InvalidPath)
+	for _, p := range []string{"escape", "escape/etc", "up"} {
+		_, err := sb.List(ctx, p)
+		wantCode(t, "List "+p, err, errcode.InvalidPath)
+	}
+	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: sh("pwd"), Cwd: "escape/tmp"})
+	wantCode(t, "Exec in escape/tmp", err, errcode.InvalidPath)
+
+	// Nothing was written or removed outside the workspace.
+	if res := run(t, sb, runtime.ExecSpec{Argv: []string{"test", "-e", outside + "-w"}}); res.ExitCode == 0 {
+		t.Errorf("%s-w exists outside the workspace, want it absent", outside)
+	}
+	if got := runOK(t, sb, "cat", outside); got != "keep\n" {
+		t.Errorf("%s: got %q, want %q", outside, got, "keep\n")
+	}
+}
+
+func testWorkspaceRoot(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "/home/paddock/work")
+	ctx := t.Context()
+	write(t, sb, "/home/paddock/work/f.txt", []byte("custom"), 0o644)
+	got, _, err := sb.ReadFile(ctx, "f.txt", 1<<20)
+	if err != nil || string(got) != "custom" {
+		t.Errorf("ReadFile f.txt: got %q, %v, want %q, nil", got, err, "custom")
+	}
+	_, _, err = sb.ReadFile(ctx, runtime.DefaultWorkspaceRoot+"/f.txt", 1<<20)
+	wantCode(t, "ReadFile under the default root", err, errcode.InvalidPath)
+	if out := runOK(t, sb, "cat", "f.txt"); out != "custom" {
+		t.Errorf("cat f.txt: got %q, want %q", out, "custom")
+	}
+}
+
+func testLifecycle(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	wantRunning := func(what string, want bool) {
+		t.Helper()
+		got, err := sb.Running(ctx)
+		if err != nil || got != want {
+			t.Errorf("Running %s: got %v, %v, want %v, nil", what, got, err, want)
+		}
+	}
+	wantRunning("after Create", true)
+	if err := sb.Start(ctx); err != nil {
+		t.Errorf("Start while running: got %v, want nil", err)
+	}
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	wantRunning("after Stop", false)
+	if err := sb.Stop(ctx); err != nil {
+		t.Errorf("Stop while stopped: got %v, want nil", err)
+	}
+	_, err := sb.Exec(ctx, runtime.ExecSpec{Argv: sh("exit 0")})
+	wantCode(t, "Exec while stopped", err, errcode.InvalidState)
+	if err := sb.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	wantRunning("after Start", true)
+	if got := runOK(t, sb, "echo", "again"); got != "again\n" {
+		t.Errorf("Exec after Start: got %q, want %q", got, "again\n")
+	}
+	if err := sb.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	wantRunning("after Shutdown", false)
+	if err := sb.Shutdown(ctx); err != nil {
+		t.Errorf("second Shutdown: got %v, want nil", err)
+	}
+	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: sh("exit 0")})
+	wantCode(t, "Exec after Shutdown", err, errcode.InvalidState)
+	wantCode(t, "Start after Shutdown", sb.Start(ctx), errcode.InvalidState)
+}
+
+func testStopKillsCommands(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	type outcome struct {
+		res runtime.ExecResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	start := time.Now()
+	go func() {
+		res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: sh("echo started > started; sleep 30")})
+		done <- outcome{res, err}
+	}()
+	// Wait for the command to be running, polling with a deadline.
+	for {
+		if _, _, err := sb.ReadFile(ctx, "started", 1<<10); err == nil {
+			break
+		}
+		select {
+		case o := <-done:
+			t.Fatalf("Exec returned before Stop: %+v, %v", o.res, o.err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Since(start) > bound {
+			t.Fatalf("command did not start within %s", bound)
+		}
+	}
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	select {
+	case o := <-done:
+		if o.err == nil && o.res.ExitCode == 0 {
+			t.Errorf("Exec interrupted by Stop: got exit code 0 and no error, want a failure")
+		}
+	case <-time.After(bound):
+		t.Fatalf("Exec still running %s after Stop", bound)
+	}
+}
