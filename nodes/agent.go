@@ -1,0 +1,278 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+)
+
+// Agent is a node agent. Create it with New, then Start; Close drains it.
+type Agent struct {
+	nc       *nats.Conn
+	log      *events.Log
+	logger   *slog.Logger
+	cfg      Config
+	cmdSubj  commands.Subjects
+	runtimes map[string]runtime.Runtime
+	order    []string // runtime names in preference order
+
+	// ctx is cancelled by Close once the drain bound has passed; in-flight
+	// operations run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // in-flight handlers
+	loops  sync.WaitGroup // the heartbeat loop
+	sem    chan struct{}
+
+	mu       sync.Mutex // guards the fields below
+	sessions map[string]*session
+	nodeSubs []*nats.Subscription
+	draining bool
+	started  bool
+	closed   bool
+}
+
+// New returns an agent that serves its sessions with the given runtimes
+// (the first is preferred when a create names none). nc must be connected;
+// log appends to the events stream.
+func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ...runtime.Runtime) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(rts) == 0 {
+		return nil, errors.New("nodes: at least one runtime is required")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.withDefaults()
+	a := &Agent{
+		nc:       nc,
+		log:      log,
+		logger:   logger.With("node", cfg.ID),
+		cfg:      cfg,
+		cmdSubj:  commands.Subjects{Prefix: cfg.Prefix},
+		runtimes: map[string]runtime.Runtime{},
+		sessions: map[string]*session{},
+		sem:      make(chan struct{}, cfg.MaxConcurrent),
+	}
+	for _, rt := range rts {
+		if _, dup := a.runtimes[rt.Name()]; dup {
+			return nil, fmt.Errorf("nodes: runtime %q given twice", rt.Name())
+		}
+		a.runtimes[rt.Name()] = rt
+		a.order = append(a.order, rt.Name())
+	}
+	return a, nil
+}
+
+// ID returns the node's id.
+func (a *Agent) ID() string { return a.cfg.ID }
+
+// Start subscribes to the node's subjects, records a registered event and
+// starts heartbeating. It returns once the subscriptions are in place at
+// the server.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	if a.started {
+		a.mu.Unlock()
+		return errors.New("nodes: agent already started")
+	}
+	a.started = true
+	// The agent's own context outlives Start's ctx: it is cancelled by
+	// Close, which owns every goroutine started under it.
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.mu.Unlock()
+
+	subs := []struct {
+		subj string
+		fn   nats.MsgHandler
+	}{
+		{a.cmdSubj.Node(a.cfg.ID, "create"), a.dispatch(a.handleCreate)},
+		{a.cmdSubj.Node(a.cfg.ID, "ping"), a.handlePing},
+		{a.cmdSubj.Announce(), func(*nats.Msg) { a.heartbeat() }},
+	}
+	for _, s := range subs {
+		sub, err := a.nc.Subscribe(s.subj, s.fn)
+		if err != nil {
+			a.unsubscribeNode()
+			return fmt.Errorf("nodes: subscribe %s: %w", s.subj, err)
+		}
+		a.mu.Lock()
+		a.nodeSubs = append(a.nodeSubs, sub)
+		a.mu.Unlock()
+	}
+	if err := a.nc.FlushTimeout(10 * time.Second); err != nil {
+		a.unsubscribeNode()
+		return fmt.Errorf("nodes: flush: %w", err)
+	}
+	info, _ := json.Marshal(a.info())
+	if err := a.log.AppendNode(ctx, &events.NodeEvent{
+		Version: events.Version, EventID: uuid.NewString(), TS: time.Now().UTC(),
+		Node: a.cfg.ID, Kind: "registered", Data: info,
+	}); err != nil {
+		a.unsubscribeNode()
+		return err
+	}
+	a.heartbeat()
+	a.loops.Add(1)
+	go a.heartbeatLoop()
+	a.logger.Info("node agent started", "runtimes", a.order)
+	return nil
+}
+
+// Close stops taking new commands, waits for in-flight ones until ctx ends,
+// then cancels what is left and waits for it. Sandboxes are left as they
+// are. Close is safe to call twice.
+func (a *Agent) Close(ctx context.Context) error {
+	a.mu.Lock()
+	if a.closed || !a.started {
+		a.closed = true
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	a.draining = true
+	subs := a.nodeSubs
+	a.nodeSubs = nil
+	for _, s := range a.sessions {
+		if s.sub != nil {
+			subs = append(subs, s.sub)
+		}
+	}
+	a.mu.Unlock()
+
+	for _, s := range subs {
+		_ = s.Unsubscribe() // stop taking new commands; in-flight ones go on
+	}
+	a.heartbeat() // tell schedulers we are draining
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("nodes: drain bound reached, cancelling in-flight commands: %w", ctx.Err())
+	}
+	a.cancel()
+	<-done
+	a.loops.Wait()
+	// Best effort: the stream may already be gone when the engine stops first.
+	ectx, ecancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer ecancel()
+	_ = a.log.AppendNode(ectx, &events.NodeEvent{
+		Version: events.Version, EventID: uuid.NewString(), TS: time.Now().UTC(),
+		Node: a.cfg.ID, Kind: "stopped",
+	})
+	a.logger.Info("node agent stopped")
+	return err
+}
+
+func (a *Agent) unsubscribeNode() {
+	a.mu.Lock()
+	subs := a.nodeSubs
+	a.nodeSubs = nil
+	a.mu.Unlock()
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+// dispatch runs h for each message on its own goroutine, bounded by
+// MaxConcurrent and tracked for Close.
+func (a *Agent) dispatch(h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		a.mu.Lock()
+		if a.draining {
+			a.mu.Unlock()
+			a.respond(m, commands.ErrorReply(errcode.New(errcode.Unavailable, "node %s is draining", a.cfg.ID)))
+			return
+		}
+		a.wg.Add(1)
+		a.mu.Unlock()
+		a.sem <- struct{}{}
+		go func() {
+			defer a.wg.Done()
+			defer func() { <-a.sem }()
+			h(a.ctx, m)
+		}()
+	}
+}
+
+func (a *Agent) respond(m *nats.Msg, data []byte) {
+	if m.Reply == "" {
+		return
+	}
+	if err := m.Respond(data); err != nil {
+		a.logger.Warn("reply failed", "subject", m.Subject, "err", err)
+	}
+}
+
+func (a *Agent) info() Info {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	status := "up"
+	if a.draining {
+		status = "draining"
+	}
+	return Info{
+		ID: a.cfg.ID, Runtimes: a.order, Capacity: a.cfg.Capacity, Sessions: len(a.sessions),
+		Labels: a.cfg.Labels, Status: status, TS: time.Now().UTC(),
+	}
+}
+
+func (a *Agent) heartbeat() {
+	b, err := json.Marshal(a.info())
+	if err != nil {
+		return
+	}
+	if err := a.nc.Publish(a.cmdSubj.Heartbeat(a.cfg.ID), b); err != nil {
+		a.logger.Warn("heartbeat failed", "err", err)
+	}
+}
+
+func (a *Agent) heartbeatLoop() {
+	defer a.loops.Done()
+	t := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-t.C:
+			a.heartbeat()
+		}
+	}
+}
+
+func (a *Agent) handlePing(m *nats.Msg) {
+	b, _ := commands.ResultReply(a.info())
+	a.respond(m, b)
+}
+
+// Sessions returns the keys (tenant/session) of the sessions the agent
+// holds, sorted.
+func (a *Agent) Sessions() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, 0, len(a.sessions))
+	for k := range a.sessions {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sessionKey(tenant, id string) string { return tenant + "/" + id }

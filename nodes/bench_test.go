@@ -1,0 +1,67 @@
+package nodes_test
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// BenchmarkExecTrue compares exec of `true` through the whole path
+// (client → NATS → node → local runtime → start/finish events → reply)
+// with calling the local runtime directly in the same process. The
+// difference of the two p50s (and p99s) is Paddock's overhead.
+//
+//	go test -run '^$' -bench BenchmarkExecTrue -benchtime 400x ./nodes/
+func BenchmarkExecTrue(b *testing.B) {
+	st := testenv.StartStack(b, testenv.StackOptions{})
+	ctx := context.Background()
+
+	b.Run("direct", func(b *testing.B) {
+		sb, err := st.Local.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: "node-1"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sb.Shutdown(ctx)
+		spec := runtime.ExecSpec{Argv: []string{"true"}, Timeout: time.Minute, MaxOutput: commands.MaxOutputBytes}
+		measure(b, func() error {
+			_, err := sb.Exec(ctx, spec)
+			return err
+		})
+	})
+	b.Run("paddock", func(b *testing.B) {
+		s, err := st.Client.Create(ctx, commands.CreateArgs{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		args := commands.ExecArgs{Argv: []string{"true"}}
+		measure(b, func() error {
+			_, err := st.Client.Exec(ctx, s.SessionID, args)
+			return err
+		})
+	})
+}
+
+// measure runs fn b.N times and reports the p50 and p99 latency.
+func measure(b *testing.B, fn func() error) {
+	b.Helper()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}

@@ -1,0 +1,85 @@
+package nodes
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/paddock-dev/paddock/commands"
+)
+
+// Capture is the output capture policy for exec events.
+type Capture struct {
+	// Limit is how many bytes of stdout and of stderr each finish event
+	// carries. 0 (the default) captures nothing: events record only byte
+	// counts. Secret values are redacted before capture either way.
+	Limit int
+}
+
+// Config configures an Agent.
+type Config struct {
+	// ID names the node; it must be a valid subject token.
+	ID string
+	// Prefix of every subject (default sbx).
+	Prefix string
+	// Capacity is the most sessions the node holds (default 1000).
+	Capacity int
+	// Labels are advertised in heartbeats for placement.
+	Labels map[string]string
+	// HeartbeatInterval (default 2s).
+	HeartbeatInterval time.Duration
+	// Capture is the exec output capture policy for events.
+	Capture Capture
+	// DefaultExecTimeout applies when an exec gives none (default 10m).
+	DefaultExecTimeout time.Duration
+	// MaxConcurrent bounds commands handled at once (default 256).
+	MaxConcurrent int
+}
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	if err := commands.CheckToken("node id", c.ID); err != nil {
+		return err
+	}
+	if c.Capacity < 0 || c.MaxConcurrent < 0 || c.Capture.Limit < 0 {
+		return errors.New("nodes: negative capacity, concurrency or capture limit")
+	}
+	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 {
+		return errors.New("nodes: negative interval")
+	}
+	if c.Capture.Limit > commands.MaxOutputBytes {
+		return fmt.Errorf("nodes: capture limit above %d", commands.MaxOutputBytes)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = commands.DefaultPrefix
+	}
+	if c.Capacity == 0 {
+		c.Capacity = 1000
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 2 * time.Second
+	}
+	if c.DefaultExecTimeout == 0 {
+		c.DefaultExecTimeout = 10 * time.Minute
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = 256
+	}
+	return c
+}
+
+// Info is what a node advertises in its heartbeats.
+type Info struct {
+	ID       string            `json:"id"`
+	Runtimes []string          `json:"runtimes"`
+	Capacity int               `json:"capacity"`
+	Sessions int               `json:"sessions"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// Status is up or draining.
+	Status string    `json:"status"`
+	TS     time.Time `json:"ts"`
+}

@@ -1,0 +1,438 @@
+package nodes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/projection"
+)
+
+// createData is the create start event's data: the spec without secret
+// values.
+type createData struct {
+	Runtime       string            `json:"runtime"`
+	Image         string            `json:"image,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	SecretEnvKeys []string          `json:"secret_env_keys,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	CPUs          float64           `json:"cpus,omitempty"`
+	MemoryBytes   int64             `json:"memory_bytes,omitempty"`
+	WorkspaceRoot string            `json:"workspace_root"`
+	Epoch         uint64            `json:"epoch"`
+}
+
+type statusData struct {
+	Status projection.Status `json:"status"`
+}
+
+func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
+	var p commands.Placement
+	req, err := commands.DecodeRequest(m.Data, &p)
+	if err == nil {
+		err = validatePlacement(&p)
+	}
+	if err != nil {
+		a.respond(m, commands.ErrorReply(err))
+		return
+	}
+	spec := p.Spec
+	rtName := spec.Runtime
+	if rtName == "" {
+		rtName = a.order[0]
+	}
+	rt, ok := a.runtimes[rtName]
+	if !ok {
+		a.respond(m, commands.ErrorReply(errcode.New(errcode.NoCapacity, "node %s has no %s runtime", a.cfg.ID, rtName)))
+		return
+	}
+	root := spec.WorkspaceRoot
+	if root == "" {
+		root = runtime.DefaultWorkspaceRoot
+	}
+	s := &session{
+		tenant: p.Tenant, id: p.SessionID, runtime: rtName, root: root,
+		redact: newRedactor(spec.SecretEnv), status: projection.StatusCreating,
+		results: map[string]*cmdResult{},
+	}
+	key := sessionKey(p.Tenant, p.SessionID)
+	a.mu.Lock()
+	switch {
+	case a.draining:
+		a.mu.Unlock()
+		a.respond(m, commands.ErrorReply(errcode.New(errcode.Unavailable, "node %s is draining", a.cfg.ID)))
+		return
+	case a.sessions[key] != nil:
+		a.mu.Unlock()
+		a.respond(m, commands.ErrorReply(errcode.New(errcode.AlreadyExists, "session %s already exists", p.SessionID)))
+		return
+	case len(a.sessions) >= a.cfg.Capacity:
+		a.mu.Unlock()
+		a.respond(m, commands.ErrorReply(errcode.New(errcode.NoCapacity, "node %s holds %d sessions, its capacity", a.cfg.ID, a.cfg.Capacity)))
+		return
+	}
+	a.sessions[key] = s
+	a.mu.Unlock()
+
+	keys := make([]string, 0, len(spec.SecretEnv))
+	env := make(map[string]string, len(spec.Env)+len(spec.SecretEnv))
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	for k, v := range spec.SecretEnv {
+		env[k] = v
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	start := createData{
+		Runtime: rtName, Image: spec.Image, Env: spec.Env, SecretEnvKeys: keys, Labels: spec.Labels,
+		CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root, Epoch: 1,
+	}
+	a.run(ctx, m, s, req, commands.OpCreate, start, func(ctx context.Context) (outcome, error) {
+		sb, err := rt.Create(ctx, runtime.Spec{
+			Tenant: p.Tenant, SessionID: p.SessionID, Node: a.cfg.ID, Epoch: 1, Image: spec.Image,
+			Env: env, Labels: spec.Labels, CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root,
+		})
+		if err != nil {
+			return outcome{}, err
+		}
+		sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(p.Tenant, p.SessionID), a.dispatch(a.sessionHandler(s)))
+		if err == nil {
+			err = a.nc.FlushTimeout(10 * time.Second)
+		}
+		if err != nil {
+			if sub != nil {
+				_ = sub.Unsubscribe()
+			}
+			_ = sb.Shutdown(context.WithoutCancel(ctx))
+			return outcome{}, errcode.Wrap(errcode.Unavailable, err, "subscribe session subject")
+		}
+		s.mu.Lock()
+		s.sb, s.sub, s.status = sb, sub, projection.StatusRunning
+		s.mu.Unlock()
+		return outcome{
+			result: commands.CreateResult{SessionID: p.SessionID, Node: a.cfg.ID, Runtime: rtName, Status: string(projection.StatusRunning)},
+			data:   statusData{Status: projection.StatusRunning},
+		}, nil
+	})
+	if s.getStatus() == projection.StatusCreating {
+		a.forget(s)
+	}
+}
+
+func validatePlacement(p *commands.Placement) error {
+	if err := commands.CheckToken("tenant", p.Tenant); err != nil {
+		return err
+	}
+	if err := commands.CheckToken("session_id", p.SessionID); err != nil {
+		return err
+	}
+	return p.Spec.Validate()
+}
+
+// forget drops s from the agent and stops serving its subject.
+func (a *Agent) forget(s *session) {
+	a.mu.Lock()
+	if a.sessions[sessionKey(s.tenant, s.id)] == s {
+		delete(a.sessions, sessionKey(s.tenant, s.id))
+	}
+	a.mu.Unlock()
+	s.mu.Lock()
+	sub := s.sub
+	s.sub = nil
+	s.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+		_ = a.nc.Flush()
+	}
+}
+
+// sessionHandler serves every op on s's subject.
+func (a *Agent) sessionHandler(s *session) func(ctx context.Context, m *nats.Msg) {
+	return func(ctx context.Context, m *nats.Msg) {
+		_, _, op, ok := a.cmdSubj.ParseSession(m.Subject)
+		if !ok || !op.Known() {
+			a.respond(m, commands.ErrorReply(errcode.New(errcode.UnknownOp, "unknown op %q", op)))
+			return
+		}
+		if s.getStatus() == projection.StatusDeleted {
+			a.respond(m, commands.ErrorReply(errcode.New(errcode.SessionNotFound, "session %s was deleted", s.id)))
+			return
+		}
+		h := a.opHandler(op)
+		h(ctx, m, s)
+	}
+}
+
+type opFunc func(ctx context.Context, m *nats.Msg, s *session)
+
+func (a *Agent) opHandler(op commands.Op) opFunc {
+	switch op {
+	case commands.OpExec:
+		return a.opExec
+	case commands.OpRead:
+		return a.opRead
+	case commands.OpWrite:
+		return a.opWrite
+	case commands.OpLs:
+		return a.opLs
+	case commands.OpRm:
+		return a.opRm
+	case commands.OpMkdir:
+		return a.opMkdir
+	case commands.OpRunning:
+		return a.opRunning
+	default:
+		return a.opLifecycle(op)
+	}
+}
+
+// decode decodes m into args and validates them; on failure it answers m
+// and returns false. Rejected requests are not operations and are not
+// recorded as events.
+func (a *Agent) decode(m *nats.Msg, args any) (commands.Request, bool) {
+	req, err := commands.DecodeRequest(m.Data, args)
+	if err == nil {
+		if v, ok := args.(interface{ Validate() error }); ok {
+			err = v.Validate()
+		}
+	}
+	if err != nil {
+		a.respond(m, commands.ErrorReply(err))
+		return req, false
+	}
+	return req, true
+}
+
+type execStart struct {
+	Argv      []string `json:"argv"`
+	Cwd       string   `json:"cwd,omitempty"`
+	TimeoutMS int64    `json:"timeout_ms"`
+	EnvKeys   []string `json:"env_keys,omitempty"`
+}
+
+type execFinish struct {
+	ExitCode    int   `json:"exit_code"`
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+}
+
+func (a *Agent) opExec(ctx context.Context, m *nats.Msg, s *session) {
+	var args commands.ExecArgs
+	req, ok := a.decode(m, &args)
+	if !ok {
+		return
+	}
+	argv := args.Argv
+	if args.Shell != "" {
+		argv = []string{"/bin/sh", "-c", args.Shell}
+	}
+	timeout := time.Duration(args.TimeoutMS) * time.Millisecond
+	if timeout == 0 {
+		timeout = a.cfg.DefaultExecTimeout
+	}
+	maxOut := args.MaxOutputBytes
+	if maxOut == 0 || maxOut > commands.MaxOutputBytes {
+		maxOut = commands.MaxOutputBytes
+	}
+	envKeys := make([]string, 0, len(args.Env))
+	for k := range args.Env {
+		envKeys = append(envKeys, k)
+	}
+	sort.Strings(envKeys)
+	shown := make([]string, len(argv))
+	for i, v := range argv {
+		shown[i] = s.redact.string(v)
+	}
+	start := execStart{Argv: shown, Cwd: args.Cwd, TimeoutMS: timeout.Milliseconds(), EnvKeys: envKeys}
+	a.run(ctx, m, s, req, commands.OpExec, start, func(ctx context.Context) (outcome, error) {
+		began := time.Now()
+		res, err := s.sandbox().Exec(ctx, runtime.ExecSpec{Argv: argv, Env: args.Env, Cwd: args.Cwd, Timeout: timeout, MaxOutput: maxOut})
+		if err != nil {
+			return outcome{}, err
+		}
+		stdout, stderr := s.redact.bytes(res.Stdout), s.redact.bytes(res.Stderr)
+		code := res.ExitCode
+		return outcome{
+			result: commands.ExecResult{
+				ExitCode: code, Stdout: stdout, Stderr: stderr,
+				StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
+				StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+				DurationMS: float64(time.Since(began).Microseconds()) / 1000,
+			},
+			data:     execFinish{ExitCode: code, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes},
+			exitCode: &code,
+			stdout:   stdout, stderr: stderr,
+			outTrunc: res.StdoutTruncated, errTrunc: res.StderrTruncated,
+		}, nil
+	})
+}
+
+type fileData struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
+	Mode   uint32 `json:"mode,omitempty"`
+}
+
+func digest(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func (a *Agent) opRead(ctx context.Context, m *nats.Msg, s *session) {
+	var args commands.PathArgs
+	req, ok := a.decode(m, &args)
+	if !ok {
+		return
+	}
+	a.run(ctx, m, s, req, commands.OpRead, args, func(ctx context.Context) (outcome, error) {
+		b, mode, err := s.sandbox().ReadFile(ctx, args.Path, commands.InlineLimit)
+		if err != nil {
+			return outcome{}, err
+		}
+		return outcome{
+			result: commands.ReadResult{Content: b, Size: int64(len(b)), Mode: uint32(mode.Perm())},
+			data:   fileData{Path: args.Path, Size: int64(len(b)), SHA256: digest(b)},
+		}, nil
+	})
+}
+
+func (a *Agent) opWrite(ctx context.Context, m *nats.Msg, s *session) {
+	var args commands.WriteArgs
+	req, ok := a.decode(m, &args)
+	if !ok {
+		return
+	}
+	mode := fs.FileMode(args.Mode)
+	if mode == 0 {
+		mode = 0o644
+	}
+	d := fileData{Path: args.Path, Size: int64(len(args.Content)), SHA256: digest(args.Content), Mode: uint32(mode)}
+	a.run(ctx, m, s, req, commands.OpWrite, d, func(ctx context.Context) (outcome, error) {
+		if err := s.sandbox().WriteFile(ctx, args.Path, args.Content, mode); err != nil {
+			return outcome{}, err
+		}
+		return outcome{result: commands.WriteResult{Size: d.Size, SHA256: d.SHA256}, data: d}, nil
+	})
+}
+
+type lsFinish struct {
+	Entries int `json:"entries"`
+}
+
+func (a *Agent) opLs(ctx context.Context, m *nats.Msg, s *session) {
+	var args commands.PathArgs
+	req, ok := a.decode(m, &args)
+	if !ok {
+		return
+	}
+	a.run(ctx, m, s, req, commands.OpLs, args, func(ctx context.Context) (outcome, error) {
+		entries, err := s.sandbox().List(ctx, args.Path)
+		if err != nil {
+			return outcome{}, err
+		}
+		if entries == nil {
+			entries = []commands.Entry{}
+		}
+		return outcome{result: commands.LsResult{Entries: entries}, data: lsFinish{Entries: len(entries)}}, nil
+	})
+}
+
+func (a *Agent) opRm(ctx context.Context, m *nats.Msg, s *session) {
+	var args commands.RmArgs
+	req, ok := a.decode(m, &args)
+	if !ok {
+		return
+	}
+	a.run(ctx, m, s, req, commands.OpRm, args, func(ctx context.Context) (outcome, error) {
+		if err := s.sandbox().Remove(ctx, args.Path, args.Recursive); err != nil {
+			return outcome{}, err
+		}
+		return outcome{result: struct{}{}}, nil
+	})
+}
+
+func (a *Agent) opMkdir(ctx context.Context, m *nats.Msg, s *session) {
+	var args commands.MkdirArgs
+	req, ok := a.decode(m, &args)
+	if !ok {
+		return
+	}
+	a.run(ctx, m, s, req, commands.OpMkdir, args, func(ctx context.Context) (outcome, error) {
+		if err := s.sandbox().Mkdir(ctx, args.Path, args.Parents); err != nil {
+			return outcome{}, err
+		}
+		return outcome{result: struct{}{}}, nil
+	})
+}
+
+func (a *Agent) opRunning(ctx context.Context, m *nats.Msg, s *session) {
+	var args struct{}
+	req, ok := a.decode(m, &args)
+	if !ok {
+		return
+	}
+	a.run(ctx, m, s, req, commands.OpRunning, nil, func(ctx context.Context) (outcome, error) {
+		running, err := s.sandbox().Running(ctx)
+		if err != nil {
+			return outcome{}, err
+		}
+		r := commands.RunningResult{Running: running}
+		return outcome{result: r, data: r}, nil
+	})
+}
+
+// opLifecycle serves start, stop, shutdown and delete.
+func (a *Agent) opLifecycle(op commands.Op) opFunc {
+	return func(ctx context.Context, m *nats.Msg, s *session) {
+		var args struct{}
+		req, ok := a.decode(m, &args)
+		if !ok {
+			return
+		}
+		a.run(ctx, m, s, req, op, nil, func(ctx context.Context) (outcome, error) {
+			sb := s.sandbox()
+			var status projection.Status
+			var after func()
+			switch op {
+			case commands.OpStart:
+				if s.getStatus() == projection.StatusShutDown {
+					return outcome{}, errcode.New(errcode.InvalidState, "session %s is shut down", s.id)
+				}
+				if err := sb.Start(ctx); err != nil {
+					return outcome{}, err
+				}
+				status = projection.StatusRunning
+			case commands.OpStop:
+				if s.getStatus() == projection.StatusShutDown {
+					return outcome{}, errcode.New(errcode.InvalidState, "session %s is shut down", s.id)
+				}
+				if err := sb.Stop(ctx); err != nil {
+					return outcome{}, err
+				}
+				status = projection.StatusStopped
+			case commands.OpShutdown:
+				if err := sb.Shutdown(ctx); err != nil {
+					return outcome{}, err
+				}
+				status = projection.StatusShutDown
+			case commands.OpDelete:
+				if err := sb.Shutdown(ctx); err != nil {
+					return outcome{}, err
+				}
+				status = projection.StatusDeleted
+				after = func() { a.forget(s) }
+			}
+			s.setStatus(status)
+			return outcome{result: commands.StatusResult{Status: string(status)}, data: statusData{Status: status}, after: after}, nil
+		})
+	}
+}

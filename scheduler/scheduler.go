@@ -1,0 +1,367 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/projection"
+)
+
+// QueueGroup is the queue group schedulers share.
+const QueueGroup = "paddock-scheduler"
+
+// Config configures a Scheduler.
+type Config struct {
+	// Prefix of every subject (default sbx).
+	Prefix string
+	// NodeTTL is how long a node counts as up after its last heartbeat
+	// (default 10s).
+	NodeTTL time.Duration
+	// WaitForNode is how long a create waits for a suitable node to
+	// heartbeat when none is known (default 3s).
+	WaitForNode time.Duration
+	// ForwardTimeout bounds a create on the chosen node (default 2m).
+	ForwardTimeout time.Duration
+}
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	if c.NodeTTL < 0 || c.WaitForNode < 0 || c.ForwardTimeout < 0 {
+		return errors.New("scheduler: negative duration")
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = commands.DefaultPrefix
+	}
+	if c.NodeTTL == 0 {
+		c.NodeTTL = 10 * time.Second
+	}
+	if c.WaitForNode == 0 {
+		c.WaitForNode = 3 * time.Second
+	}
+	if c.ForwardTimeout == 0 {
+		c.ForwardTimeout = 2 * time.Minute
+	}
+	return c
+}
+
+type nodeRecord struct {
+	info     nodes.Info
+	lastSeen time.Time
+}
+
+// Scheduler places new sessions on nodes. Start it, then Close it.
+type Scheduler struct {
+	nc     *nats.Conn
+	log    *events.Log
+	logger *slog.Logger
+	cfg    Config
+	subj   commands.Subjects
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex // guards the fields below
+	nodes   map[string]nodeRecord
+	changed chan struct{} // closed and replaced on every heartbeat
+	subs    []*nats.Subscription
+	closed  bool
+}
+
+// New returns a scheduler on nc that reads session events through log.
+func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.withDefaults()
+	return &Scheduler{
+		nc: nc, log: log, logger: logger, cfg: cfg,
+		subj:    commands.Subjects{Prefix: cfg.Prefix},
+		nodes:   map[string]nodeRecord{},
+		changed: make(chan struct{}),
+	}, nil
+}
+
+// Start subscribes and asks every node to announce itself.
+func (s *Scheduler) Start(ctx context.Context) error {
+	// Handlers run under the scheduler's own context, cancelled by Close.
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	type sub struct {
+		subj, queue string
+		fn          nats.MsgHandler
+	}
+	for _, x := range []sub{
+		{s.subj.HeartbeatAll(), "", s.handleHeartbeat},
+		{s.subj.CreateAll(), QueueGroup, s.async(s.handleCreate)},
+		{s.subj.LookupAll(), QueueGroup, s.async(s.handleLookup)},
+	} {
+		ns, err := s.nc.QueueSubscribe(x.subj, x.queue, x.fn)
+		if err != nil {
+			s.Close()
+			return fmt.Errorf("scheduler: subscribe %s: %w", x.subj, err)
+		}
+		s.mu.Lock()
+		s.subs = append(s.subs, ns)
+		s.mu.Unlock()
+	}
+	if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
+		s.Close()
+		return fmt.Errorf("scheduler: flush: %w", err)
+	}
+	if err := s.nc.Publish(s.subj.Announce(), nil); err != nil {
+		s.Close()
+		return fmt.Errorf("scheduler: announce: %w", err)
+	}
+	return nil
+}
+
+// Close unsubscribes and waits for in-flight requests. Safe to call twice.
+func (s *Scheduler) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	subs := s.subs
+	s.subs = nil
+	s.mu.Unlock()
+	for _, x := range subs {
+		_ = x.Unsubscribe()
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+}
+
+func (s *Scheduler) async(h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			h(s.ctx, m)
+		}()
+	}
+}
+
+func (s *Scheduler) handleHeartbeat(m *nats.Msg) {
+	var info nodes.Info
+	if err := json.Unmarshal(m.Data, &info); err != nil || commands.CheckToken("node", info.ID) != nil {
+		s.logger.Warn("bad heartbeat", "subject", m.Subject)
+		return
+	}
+	s.mu.Lock()
+	s.nodes[info.ID] = nodeRecord{info: info, lastSeen: time.Now()}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// Nodes returns the nodes the scheduler counts as up, sorted by id.
+func (s *Scheduler) Nodes() []nodes.Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []nodes.Info
+	for _, r := range s.nodes {
+		if time.Since(r.lastSeen) <= s.cfg.NodeTTL && r.info.Status == "up" {
+			out = append(out, r.info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// pick returns the least loaded suitable node, skipping those in tried.
+func (s *Scheduler) pick(runtime string, tried map[string]bool) (nodes.Info, bool) {
+	var best nodes.Info
+	found := false
+	for _, n := range s.Nodes() {
+		if tried[n.ID] || n.Sessions >= n.Capacity {
+			continue
+		}
+		if runtime != "" && !contains(n.Runtimes, runtime) {
+			continue
+		}
+		if !found || n.Sessions*best.Capacity < best.Sessions*n.Capacity {
+			best, found = n, true
+		}
+	}
+	return best, found
+}
+
+// await waits up to the configured bound for a suitable node.
+func (s *Scheduler) await(ctx context.Context, runtime string, tried map[string]bool) (nodes.Info, bool) {
+	deadline := time.NewTimer(s.cfg.WaitForNode)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		changed := s.changed
+		s.mu.Unlock()
+		if n, ok := s.pick(runtime, tried); ok {
+			return n, true
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return nodes.Info{}, false
+		case <-ctx.Done():
+			return nodes.Info{}, false
+		}
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Scheduler) respond(m *nats.Msg, data []byte) {
+	if m.Reply == "" {
+		return
+	}
+	if err := m.Respond(data); err != nil {
+		s.logger.Warn("reply failed", "subject", m.Subject, "err", err)
+	}
+}
+
+func (s *Scheduler) handleCreate(ctx context.Context, m *nats.Msg) {
+	tenant, ok := s.subj.ParseTenant(m.Subject)
+	if !ok {
+		return
+	}
+	if err := commands.CheckToken("tenant", tenant); err != nil {
+		s.respond(m, commands.ErrorReply(err))
+		return
+	}
+	var spec commands.CreateArgs
+	req, err := commands.DecodeRequest(m.Data, &spec)
+	if err == nil {
+		err = spec.Validate()
+	}
+	if err != nil {
+		s.respond(m, commands.ErrorReply(err))
+		return
+	}
+	id := spec.SessionID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	spec.SessionID = ""
+	args, _ := json.Marshal(commands.Placement{Tenant: tenant, SessionID: id, Spec: spec})
+	req.Args = args
+	body, _ := json.Marshal(req)
+
+	tried := map[string]bool{}
+	for attempt := 0; attempt < 3; attempt++ {
+		n, ok := s.await(ctx, spec.Runtime, tried)
+		if !ok {
+			what := "any runtime"
+			if spec.Runtime != "" {
+				what = "runtime " + spec.Runtime
+			}
+			s.respond(m, commands.ErrorReply(errcode.New(errcode.NoCapacity, "no node is up with %s and room for a session", what)))
+			return
+		}
+		tried[n.ID] = true
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.ForwardTimeout)
+		reply, err := s.nc.RequestWithContext(fctx, s.subj.Node(n.ID, "create"), body)
+		cancel()
+		if errors.Is(err, nats.ErrNoResponders) {
+			s.forgetNode(n.ID) // the node is gone; try another
+			continue
+		}
+		if err != nil {
+			s.respond(m, commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "forward create to node "+n.ID)))
+			return
+		}
+		s.respond(m, reply.Data)
+		return
+	}
+	s.respond(m, commands.ErrorReply(errcode.New(errcode.Unavailable, "no node answered the create")))
+}
+
+func (s *Scheduler) forgetNode(id string) {
+	s.mu.Lock()
+	delete(s.nodes, id)
+	s.mu.Unlock()
+}
+
+func (s *Scheduler) handleLookup(ctx context.Context, m *nats.Msg) {
+	tenant, ok := s.subj.ParseTenant(m.Subject)
+	if !ok {
+		return
+	}
+	var args commands.LookupArgs
+	_, err := commands.DecodeRequest(m.Data, &args)
+	if err == nil {
+		err = commands.CheckToken("tenant", tenant)
+	}
+	if err == nil {
+		err = commands.CheckToken("session_id", args.SessionID)
+	}
+	if err != nil {
+		s.respond(m, commands.ErrorReply(err))
+		return
+	}
+	res, err := s.Lookup(ctx, tenant, args.SessionID)
+	if err != nil {
+		s.respond(m, commands.ErrorReply(err))
+		return
+	}
+	b, err := commands.ResultReply(res)
+	if err != nil {
+		s.respond(m, commands.ErrorReply(err))
+		return
+	}
+	s.respond(m, b)
+}
+
+// Lookup folds a session's events and reports its status and node. A
+// session with no events, or deleted, is session_not_found.
+func (s *Scheduler) Lookup(ctx context.Context, tenant, session string) (commands.LookupResult, error) {
+	evs, err := s.log.Session(ctx, tenant, session)
+	if err != nil {
+		return commands.LookupResult{}, err
+	}
+	if len(evs) == 0 {
+		return commands.LookupResult{}, errcode.New(errcode.SessionNotFound, "session %s does not exist", session)
+	}
+	st, err := projection.Fold(evs)
+	if err != nil {
+		s.logger.Warn("session history does not fold", "tenant", tenant, "session", session, "err", err)
+	}
+	if st.Status == projection.StatusDeleted {
+		return commands.LookupResult{}, errcode.New(errcode.SessionNotFound, "session %s was deleted", session)
+	}
+	return commands.LookupResult{Status: string(st.Status), Node: st.Node}, nil
+}
