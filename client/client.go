@@ -1,0 +1,249 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// Options configures a Client.
+type Options struct {
+	// Tenant scopes every command (default "default").
+	Tenant string
+	// Prefix of every subject (default sbx).
+	Prefix string
+	// Timeout bounds a command when ctx has no deadline (default 60s);
+	// exec adds its own timeout to it.
+	Timeout time.Duration
+	// Actor is recorded in events as who sent the commands.
+	Actor string
+}
+
+// Client sends commands. It is safe for concurrent use.
+type Client struct {
+	nc   *nats.Conn
+	opts Options
+	subj commands.Subjects
+}
+
+// New returns a client on nc. It fails if the tenant is not a valid
+// subject token.
+func New(nc *nats.Conn, opts Options) (*Client, error) {
+	if opts.Tenant == "" {
+		opts.Tenant = "default"
+	}
+	if err := commands.CheckToken("tenant", opts.Tenant); err != nil {
+		return nil, err
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 60 * time.Second
+	}
+	return &Client{nc: nc, opts: opts, subj: commands.Subjects{Prefix: opts.Prefix}}, nil
+}
+
+// Tenant returns the client's tenant.
+func (c *Client) Tenant() string { return c.opts.Tenant }
+
+// CallOption sets per-command envelope fields.
+type CallOption func(*commands.Request)
+
+// WithCommandID sets the command id; a retry with the same id gets the
+// first result instead of running the command twice.
+func WithCommandID(id string) CallOption { return func(r *commands.Request) { r.CommandID = id } }
+
+// WithTrace links the command's events to a trace.
+func WithTrace(traceID, parentSpanID string) CallOption {
+	return func(r *commands.Request) { r.TraceID, r.ParentSpanID = traceID, parentSpanID }
+}
+
+// Create creates and starts a session and returns where it runs.
+func (c *Client) Create(ctx context.Context, spec commands.CreateArgs, opts ...CallOption) (commands.CreateResult, error) {
+	var res commands.CreateResult
+	if err := spec.Validate(); err != nil {
+		return res, err
+	}
+	err := c.request(ctx, c.subj.Create(c.opts.Tenant), "", spec, &res, 0, opts)
+	return res, err
+}
+
+// Do sends op with args to session id and decodes the result into out
+// (which may be nil). It is the generic form of the typed methods.
+func (c *Client) Do(ctx context.Context, id string, op commands.Op, args, out any, opts ...CallOption) error {
+	return c.do(ctx, id, op, args, out, 0, opts)
+}
+
+func (c *Client) do(ctx context.Context, id string, op commands.Op, args, out any, extra time.Duration, opts []CallOption) error {
+	if err := commands.CheckToken("session id", id); err != nil {
+		return err
+	}
+	if err := commands.CheckToken("op", string(op)); err != nil {
+		return err
+	}
+	return c.request(ctx, c.subj.Session(c.opts.Tenant, id, op), id, args, out, extra, opts)
+}
+
+// Exec runs a command and returns its exit code and output. A non-zero
+// exit is not an error.
+func (c *Client) Exec(ctx context.Context, id string, args commands.ExecArgs, opts ...CallOption) (commands.ExecResult, error) {
+	var res commands.ExecResult
+	if err := args.Validate(); err != nil {
+		return res, err
+	}
+	extra := time.Duration(args.TimeoutMS) * time.Millisecond
+	if extra == 0 {
+		extra = 10 * time.Minute
+	}
+	err := c.do(ctx, id, commands.OpExec, args, &res, extra, opts)
+	return res, err
+}
+
+// ReadFile returns a file's content.
+func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	var res commands.ReadResult
+	err := c.do(ctx, id, commands.OpRead, commands.PathArgs{Path: path}, &res, 0, nil)
+	return res.Content, err
+}
+
+// WriteFile writes a whole file (mode 0: 0644), creating parent
+// directories. Content over commands.InlineLimit is payload_too_large.
+func (c *Client) WriteFile(ctx context.Context, id, path string, data []byte, mode fs.FileMode) (commands.WriteResult, error) {
+	var res commands.WriteResult
+	args := commands.WriteArgs{Path: path, Content: data, Mode: uint32(mode)}
+	if err := args.Validate(); err != nil {
+		return res, err
+	}
+	err := c.do(ctx, id, commands.OpWrite, args, &res, 0, nil)
+	return res, err
+}
+
+// List returns a directory's entries (a file lists itself).
+func (c *Client) List(ctx context.Context, id, path string) ([]commands.Entry, error) {
+	var res commands.LsResult
+	err := c.do(ctx, id, commands.OpLs, commands.PathArgs{Path: path}, &res, 0, nil)
+	return res.Entries, err
+}
+
+// Remove removes a path; a non-empty directory needs recursive.
+func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) error {
+	return c.do(ctx, id, commands.OpRm, commands.RmArgs{Path: path, Recursive: recursive}, nil, 0, nil)
+}
+
+// Mkdir makes a directory; parents makes missing parents too.
+func (c *Client) Mkdir(ctx context.Context, id, path string, parents bool) error {
+	return c.do(ctx, id, commands.OpMkdir, commands.MkdirArgs{Path: path, Parents: parents}, nil, 0, nil)
+}
+
+// Running reports whether the session can execute commands now.
+func (c *Client) Running(ctx context.Context, id string) (bool, error) {
+	var res commands.RunningResult
+	err := c.do(ctx, id, commands.OpRunning, nil, &res, 0, nil)
+	return res.Running, err
+}
+
+// Start starts a stopped session.
+func (c *Client) Start(ctx context.Context, id string) error {
+	return c.lifecycle(ctx, id, commands.OpStart)
+}
+
+// Stop stops a session, keeping its workspace.
+func (c *Client) Stop(ctx context.Context, id string) error {
+	return c.lifecycle(ctx, id, commands.OpStop)
+}
+
+// Shutdown tears down a session's runtime resources.
+func (c *Client) Shutdown(ctx context.Context, id string) error {
+	return c.lifecycle(ctx, id, commands.OpShutdown)
+}
+
+// Delete shuts a session down and forgets it.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.lifecycle(ctx, id, commands.OpDelete)
+}
+
+func (c *Client) lifecycle(ctx context.Context, id string, op commands.Op) error {
+	return c.do(ctx, id, op, nil, nil, 0, nil)
+}
+
+// Lookup asks the engine for a session's status and node.
+func (c *Client) Lookup(ctx context.Context, id string) (commands.LookupResult, error) {
+	var res commands.LookupResult
+	err := c.request(ctx, c.subj.Lookup(c.opts.Tenant), "", commands.LookupArgs{SessionID: id}, &res, 0, nil)
+	return res, err
+}
+
+func (c *Client) request(ctx context.Context, subj, session string, args, out any, extra time.Duration, opts []CallOption) error {
+	req := commands.Request{CommandID: uuid.NewString(), Actor: c.opts.Actor}
+	for _, o := range opts {
+		o(&req)
+	}
+	if args != nil {
+		b, err := json.Marshal(args)
+		if err != nil {
+			return errcode.Wrap(errcode.InvalidRequest, err, "encode args")
+		}
+		req.Args = b
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return errcode.Wrap(errcode.InvalidRequest, err, "encode request")
+	}
+	if len(body) > commands.MaxRequestBytes {
+		return errcode.New(errcode.PayloadTooLarge, "request of %d bytes exceeds %d", len(body), commands.MaxRequestBytes)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.Timeout+extra)
+		defer cancel()
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subj, body)
+	if err != nil {
+		return c.transportError(ctx, subj, session, err)
+	}
+	var rep commands.Reply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "decode reply")
+	}
+	if rep.Error != nil {
+		return rep.Error.Err()
+	}
+	if out != nil && len(rep.Result) > 0 {
+		if err := json.Unmarshal(rep.Result, out); err != nil {
+			return errcode.Wrap(errcode.Internal, err, "decode result")
+		}
+	}
+	return nil
+}
+
+func (c *Client) transportError(ctx context.Context, subj, session string, err error) error {
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
+		return errcode.Wrap(errcode.PayloadTooLarge, err, "request")
+	case errors.Is(err, nats.ErrNoResponders) && session != "":
+		// Nobody serves the session: ask the engine why. A failed lookup
+		// (no engine) leaves the answer at unavailable.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		res, lerr := c.Lookup(lctx, session)
+		if errcode.Of(lerr) == errcode.SessionNotFound {
+			return lerr
+		}
+		if lerr == nil {
+			return errcode.New(errcode.Unavailable, "session %s (%s) is on node %s, which does not answer", session, res.Status, res.Node)
+		}
+		return errcode.Wrap(errcode.Unavailable, err, fmt.Sprintf("session %s does not answer", session))
+	case errors.Is(err, nats.ErrNoResponders):
+		return errcode.Wrap(errcode.Unavailable, err, "no engine serves "+subj)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return errcode.Wrap(errcode.Unavailable, err, "no reply on "+subj+" in time")
+	default:
+		return errcode.Wrap(errcode.Unavailable, err, "request "+subj)
+	}
+}

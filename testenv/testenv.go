@@ -1,0 +1,187 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/paddock-dev/paddock/broker"
+	"github.com/paddock-dev/paddock/client"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/local"
+	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/scheduler"
+)
+
+// StartBroker starts an embedded server with JetStream in a temporary
+// directory on a free 127.0.0.1 port, syncing every write (the engine's
+// default). It is shut down when the test ends.
+func StartBroker(t testing.TB) *broker.Broker {
+	t.Helper()
+	return StartBrokerWith(t, broker.Config{})
+}
+
+// StartBrokerWith is StartBroker with cfg's settings; StoreDir, Host and
+// Port are always a temporary directory and a free 127.0.0.1 port.
+func StartBrokerWith(t testing.TB, cfg broker.Config) *broker.Broker {
+	t.Helper()
+	cfg.StoreDir, cfg.Host, cfg.Port = t.TempDir(), "127.0.0.1", -1
+	b, err := broker.Start(cfg)
+	if err != nil {
+		t.Fatalf("start broker: %v", err)
+	}
+	t.Cleanup(b.Shutdown)
+	return b
+}
+
+// Connect opens a TCP connection to url, closed when the test ends.
+func Connect(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name("paddock-test"))
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream returns a JetStream context on nc.
+func JetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return js
+}
+
+// Context returns a context that ends when the test does, bounded by d.
+func Context(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eventually polls cond every 10ms until it returns nil, and fails the
+// test with cond's last error if that does not happen within timeout.
+func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s: %v", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// StackOptions adjusts StartStack.
+type StackOptions struct {
+	// Node configures the node agent (ID defaults to "node-1").
+	Node nodes.Config
+	// Runtimes replace the default local runtime.
+	Runtimes []runtime.Runtime
+	// Tenant of the client (default "default").
+	Tenant string
+	// NoNode starts no node agent (the test brings its own).
+	NoNode bool
+}
+
+// Stack is a whole Paddock on one embedded server.
+type Stack struct {
+	Broker    *broker.Broker
+	Engine    *nats.Conn // the engine's in-process connection
+	JS        jetstream.JetStream
+	Log       *events.Log
+	Scheduler *scheduler.Scheduler
+	Agent     *nodes.Agent
+	Local     *local.Runtime
+	// ClientConn is a TCP connection, as a fleet process would have.
+	ClientConn *nats.Conn
+	Client     *client.Client
+}
+
+// StartStack starts a broker, the events stream and workspace bucket, a
+// scheduler, one node agent and a client, and stops them all when the test
+// ends.
+func StartStack(t testing.TB, opts StackOptions) *Stack {
+	t.Helper()
+	ctx := Context(t, 30*time.Second)
+	st := &Stack{Broker: StartBroker(t)}
+	nc, err := st.Broker.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	st.Engine = nc
+	st.JS = JetStream(t, nc)
+	if _, err := events.EnsureStream(ctx, st.JS, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := objectstore.Ensure(ctx, st.JS, objectstore.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st.Log = events.NewLog(st.JS, "", "")
+	st.Scheduler, err = scheduler.New(nc, st.Log, scheduler.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Scheduler.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Scheduler.Close)
+
+	st.ClientConn = Connect(t, st.Broker.ClientURL())
+	st.Client, err = client.New(st.ClientConn, client.Options{Tenant: opts.Tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.NoNode {
+		return st
+	}
+	rts := opts.Runtimes
+	if len(rts) == 0 {
+		st.Local, err = local.New(local.Config{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts = []runtime.Runtime{st.Local}
+	}
+	cfg := opts.Node
+	if cfg.ID == "" {
+		cfg.ID = "node-1"
+	}
+	// The node connects over TCP like a separate agent-node process would.
+	nodeConn := Connect(t, st.Broker.ClientURL())
+	st.Agent, err = nodes.New(nodeConn, events.NewLog(JetStream(t, nodeConn), "", ""), cfg, nil, rts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Agent.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := st.Agent.Close(cctx); err != nil {
+			t.Errorf("close agent: %v", err)
+		}
+	})
+	Eventually(t, 10*time.Second, func() error {
+		if len(st.Scheduler.Nodes()) == 0 {
+			return fmt.Errorf("scheduler knows no node yet")
+		}
+		return nil
+	})
+	return st
+}
