@@ -1,0 +1,146 @@
+// Command agent-node is Paddock's node agent: one per host. It connects to
+// the deployment's NATS, registers, and executes the commands of the
+// sessions placed on it against the host's runtime.
+//
+//	agent-node --nats-url nats://engine-host:4222 [--id NAME] [--runtime auto|local]
+//
+// SIGTERM or SIGINT drains it: it stops taking commands and waits up to
+// --drain-timeout for in-flight ones before it exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/local"
+)
+
+func main() {
+	// The process's lifetime context: cancelled on SIGINT/SIGTERM.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	natsURL      string
+	id           string
+	runtime      string
+	dir          string
+	capacity     int
+	capture      int
+	drainTimeout time.Duration
+	labels       string
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	var cfg config
+	fs := flag.NewFlagSet("agent-node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host, _ := os.Hostname()
+	fs.StringVar(&cfg.natsURL, "nats-url", envOr("PADDOCK_URL", "nats://127.0.0.1:4222"), "NATS URL of the deployment (env PADDOCK_URL)")
+	fs.StringVar(&cfg.id, "id", strings.NewReplacer(".", "-", " ", "-").Replace(host), "node id (a subject token)")
+	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime: auto or local")
+	fs.StringVar(&cfg.dir, "dir", filepath.Join(os.TempDir(), "paddock-node"), "directory for local sandboxes")
+	fs.IntVar(&cfg.capacity, "capacity", 1000, "most sessions this node holds")
+	fs.IntVar(&cfg.capture, "capture-output", 0, "capture up to N bytes of exec stdout/stderr in events (0: byte counts only)")
+	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for in-flight commands")
+	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	labels := map[string]string{}
+	if cfg.labels != "" {
+		for _, kv := range strings.Split(cfg.labels, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return fmt.Errorf("--labels: want K=V, got %q", kv)
+			}
+			labels[k] = v
+		}
+	}
+	var rts []runtime.Runtime
+	switch cfg.runtime {
+	case "auto", "local":
+		rt, err := local.New(local.Config{Dir: cfg.dir})
+		if err != nil {
+			return err
+		}
+		rts = append(rts, rt)
+	default:
+		return fmt.Errorf("--runtime %q is not one of auto, local", cfg.runtime)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+
+	app := fx.New(
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
+		fx.Provide(func(lc fx.Lifecycle) (*nats.Conn, error) {
+			nc, err := nats.Connect(cfg.natsURL, nats.Name("paddock-node-"+cfg.id), nats.MaxReconnects(-1))
+			if err != nil {
+				return nil, fmt.Errorf("connect %s: %w", cfg.natsURL, err)
+			}
+			lc.Append(fx.StopHook(nc.Close))
+			return nc, nil
+		}),
+		fx.Invoke(func(lc fx.Lifecycle, nc *nats.Conn) error {
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			agent, err := nodes.New(nc, events.NewLog(js, "", ""), nodes.Config{
+				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
+			}, logger, rts...)
+			if err != nil {
+				return err
+			}
+			lc.Append(fx.Hook{OnStart: agent.Start, OnStop: agent.Close})
+			return nil
+		}),
+		fx.StopTimeout(cfg.drainTimeout+5*time.Second),
+	)
+	if err := app.Err(); err != nil {
+		return err
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := app.Start(startCtx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	// Draining gets its own bound: ctx is already done.
+	stopCtx, cancel2 := context.WithTimeout(context.Background(), cfg.drainTimeout)
+	defer cancel2()
+	return app.Stop(stopCtx)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

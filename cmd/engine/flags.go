@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// globals are the flags every CLI command takes.
+type globals struct {
+	server string
+	tenant string
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	g.server = envOr("PADDOCK_URL", "nats://127.0.0.1:4222")
+	g.tenant = envOr("PADDOCK_TENANT", "default")
+	fs.StringVar(&g.server, "server", g.server, "NATS URL of the Paddock deployment (env PADDOCK_URL)")
+	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant (env PADDOCK_TENANT)")
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// parseInterleaved parses flags that may stand before, between or after
+// positional arguments, docker style. Everything after a bare "--" is
+// returned as rest, unparsed.
+func parseInterleaved(fs *flag.FlagSet, args []string) (pos, rest []string, err error) {
+	for i, a := range args {
+		if a == "--" {
+			rest = args[i+1:]
+			if rest == nil {
+				rest = []string{}
+			}
+			args = args[:i]
+			break
+		}
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, nil, err
+			}
+			return nil, nil, errcode.New(errcode.InvalidRequest, "%s: %v", fs.Name(), err)
+		}
+		if fs.NArg() == 0 {
+			return pos, rest, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// kvFlag collects repeated K=V flags.
+type kvFlag map[string]string
+
+func (f kvFlag) String() string {
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+func (f kvFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want K=V, got %q", s)
+	}
+	f[k] = v
+	return nil
+}
+
+// parseSize reads a byte size: a plain number of bytes, or a number with
+// a suffix k, m, g, t (powers of 1024; "b", "i" and "ib" are accepted, so
+// 512m, 512M, 512MiB and 512mb are the same).
+func parseSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	t = strings.TrimSuffix(t, "b")
+	t = strings.TrimSuffix(t, "i")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k':
+			mult = 1 << 10
+		case 'm':
+			mult = 1 << 20
+		case 'g':
+			mult = 1 << 30
+		case 't':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f*float64(mult) > float64(1<<62) {
+		return 0, errcode.New(errcode.InvalidRequest, "size %q is not a byte size like 512m or 2g", s)
+	}
+	return int64(f * float64(mult)), nil
+}

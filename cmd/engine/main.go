@@ -1,0 +1,116 @@
+// Command engine is Paddock's control plane and its CLI.
+//
+//	engine serve                      run the engine (embedded NATS + a local node)
+//	engine sandbox <command> ...      drive sandboxes
+//	engine events tail ...            print the audit trail
+//
+// Run `engine help` for the full list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+const usage = `Paddock: an event-sourced sandbox engine on NATS.
+
+Usage:
+  engine serve [flags]                         run the engine (embedded NATS + a local node)
+  engine sandbox create [flags]                create a session; prints its id
+  engine sandbox exec ID [flags] -- CMD [ARG...]
+  engine sandbox write ID PATH                 content from stdin
+  engine sandbox read ID PATH                  content to stdout
+  engine sandbox ls ID [PATH] [--json]
+  engine sandbox rm ID PATH [-r]
+  engine sandbox mkdir ID PATH [-p]
+  engine sandbox running ID
+  engine sandbox start|stop|shutdown|delete ID
+  engine events tail [--session ID] [--op OP] [--no-follow] [--json]
+
+Global flags (every command but serve):
+  --server URL    NATS URL (env PADDOCK_URL, default nats://127.0.0.1:4222)
+  --tenant NAME   tenant (env PADDOCK_TENANT, default "default")
+
+Run "engine COMMAND -h" for a command's flags.
+`
+
+func main() {
+	// The process's lifetime context: cancelled on SIGINT/SIGTERM.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitError carries a process exit code out of a command.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// run executes one CLI invocation and returns the process exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], stderr)
+	case "sandbox":
+		err = sandbox(ctx, args[1:], stdin, stdout, stderr)
+	case "events":
+		err = eventsCmd(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		err = errcode.New(errcode.InvalidRequest, "unknown command %q (see engine help)", args[0])
+	}
+	return report(err, stderr)
+}
+
+// report prints err as "error: <code>: <message>" and returns the exit code.
+func report(err error, stderr io.Writer) int {
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	}
+	var e *errcode.Error
+	if !errors.As(err, &e) {
+		e = &errcode.Error{Code: errcode.Internal, Message: err.Error()}
+	}
+	fmt.Fprintf(stderr, "error: %s: %s\n", e.Code, e.Message)
+	switch e.Code {
+	case errcode.InvalidRequest:
+		return 2
+	case errcode.ExecTimeout:
+		return 124
+	}
+	return 1
+}
+
+// newFlagSet returns a flag set that reports parse errors as
+// invalid_request instead of exiting.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func usageErr(format string, args ...any) error {
+	return errcode.New(errcode.InvalidRequest, format, args...)
+}

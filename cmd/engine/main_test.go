@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// cli runs one CLI invocation against url and returns its exit code,
+// stdout and stderr.
+func cli(t *testing.T, url, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx := testenv.Context(t, 60*time.Second)
+	code := run(ctx, append(args, "--server", url), strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func mustCLI(t *testing.T, url, stdin string, args ...string) string {
+	t.Helper()
+	code, out, errs := cli(t, url, stdin, args...)
+	if code != 0 {
+		t.Fatalf("engine %s: exit %d, stderr %q", strings.Join(args, " "), code, errs)
+	}
+	return out
+}
+
+// TestCLITour runs the README's tour through the CLI against a stack.
+func TestCLITour(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{})
+	url := st.Broker.ClientURL()
+	tour(t, url)
+}
+
+func tour(t *testing.T, url string) {
+	t.Helper()
+	id := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create", "--env", "NAME=paddock", "--secret-env", "TOKEN=hunter2", "--label", "team=a"))
+	if commands.CheckToken("id", id) != nil {
+		t.Fatalf("create printed %q, want a session id", id)
+	}
+	if out := mustCLI(t, url, "", "sandbox", "exec", id, "--", "sh", "-c", "echo hi $NAME"); out != "hi paddock\n" {
+		t.Fatalf("exec stdout = %q, want %q", out, "hi paddock\n")
+	}
+	code, _, _ := cli(t, url, "", "sandbox", "exec", id, "--", "sh", "-c", "exit 7")
+	if code != 7 {
+		t.Fatalf("exec exit code = %d, want 7", code)
+	}
+	code, _, errs := cli(t, url, "", "sandbox", "exec", id, "--timeout", "200ms", "--", "sleep", "30")
+	if code != 124 || !strings.HasPrefix(errs, "error: exec_timeout: ") {
+		t.Fatalf("exec past timeout = exit %d, stderr %q; want 124 and error: exec_timeout", code, errs)
+	}
+	mustCLI(t, url, "print('hello')\n", "sandbox", "write", id, "src/main.py")
+	if out := mustCLI(t, url, "", "sandbox", "read", id, "src/main.py"); out != "print('hello')\n" {
+		t.Fatalf("read = %q", out)
+	}
+	mustCLI(t, url, "", "sandbox", "mkdir", id, "a/b/c", "-p")
+	out := mustCLI(t, url, "", "sandbox", "ls", id, "--json")
+	var entries []commands.Entry
+	if err := json.Unmarshal([]byte(out), &entries); err != nil || len(entries) != 2 || entries[0].Name != "a" || entries[1].Name != "src" {
+		t.Fatalf("ls --json = %s (%v), want entries a and src", out, err)
+	}
+	if out := mustCLI(t, url, "", "sandbox", "ls", id, "src"); !regexp.MustCompile(`-rw-r--r--\s+15\s+.*main\.py`).MatchString(out) {
+		t.Fatalf("ls src = %q, want a long listing of main.py", out)
+	}
+	mustCLI(t, url, "", "sandbox", "rm", id, "a", "-r")
+	code, _, errs = cli(t, url, "", "sandbox", "read", id, "../etc/passwd")
+	if code != 1 || !strings.HasPrefix(errs, "error: invalid_path: ") {
+		t.Fatalf("read escape = exit %d, stderr %q; want 1 and error: invalid_path", code, errs)
+	}
+	if out := mustCLI(t, url, "", "sandbox", "running", id); out != "true\n" {
+		t.Fatalf("running = %q, want true", out)
+	}
+	mustCLI(t, url, "", "sandbox", "stop", id)
+	if out := mustCLI(t, url, "", "sandbox", "running", id); out != "false\n" {
+		t.Fatalf("running after stop = %q, want false", out)
+	}
+	mustCLI(t, url, "", "sandbox", "shutdown", id)
+	mustCLI(t, url, "", "sandbox", "delete", id)
+	code, _, errs = cli(t, url, "", "sandbox", "running", id)
+	if code != 1 || !strings.HasPrefix(errs, "error: session_not_found: ") {
+		t.Fatalf("running after delete = exit %d, stderr %q; want session_not_found", code, errs)
+	}
+
+	out = mustCLI(t, url, "", "events", "tail", "--session", id, "--no-follow", "--json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 28 { // 14 operations, a start and a finish each
+		t.Fatalf("events tail printed %d lines, want 28:\n%s", len(lines), out)
+	}
+	for i, l := range lines {
+		var ev events.Event
+		if err := json.Unmarshal([]byte(l), &ev); err != nil || ev.Seq != uint64(i+1) {
+			t.Fatalf("line %d = %s (%v), want the event with seq %d", i, l, err, i+1)
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Fatal("the secret value appears in the events")
+	}
+	out = mustCLI(t, url, "", "events", "tail", "--session", id, "--op", "exec", "--no-follow")
+	if n := strings.Count(out, "\n"); n != 6 {
+		t.Fatalf("events tail --op exec printed %d lines, want 6:\n%s", n, out)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{})
+	url := st.Broker.ClientURL()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"bogus"}, 2, "error: invalid_request: "},
+		{[]string{"sandbox", "explode", "x"}, 2, "error: invalid_request: "},
+		{[]string{"sandbox", "exec", "x"}, 2, "error: invalid_request: "},
+		{[]string{"sandbox", "read", "x"}, 2, "error: invalid_request: "},
+		{[]string{"sandbox", "create", "--memory", "lots"}, 2, "error: invalid_request: "},
+		{[]string{"sandbox", "create", "--cpus", "-1"}, 2, "error: invalid_request: "},
+		{[]string{"sandbox", "create", "--runtime", "docker"}, 1, "error: no_capacity: "},
+		{[]string{"sandbox", "create", "--env", "novalue"}, 2, "error: invalid_request: "},
+		{[]string{"sandbox", "running", "a.b"}, 2, "error: invalid_request: "},
+		{[]string{"sandbox", "running", "nope"}, 1, "error: session_not_found: "},
+		{[]string{"sandbox", "running", "x", "--tenant", "a.>"}, 2, "error: invalid_request: "},
+		{[]string{"events", "tail", "--session", "a*"}, 2, "error: invalid_request: "},
+	} {
+		code, _, errs := cli(t, url, "", tc.args...)
+		if code != tc.code || !strings.HasPrefix(errs, tc.want) {
+			t.Errorf("engine %s = exit %d, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), code, errs, tc.code, tc.want)
+		}
+	}
+	code, _, errs := cli(t, "nats://127.0.0.1:1", "", "sandbox", "running", "x")
+	if code != 1 || !strings.HasPrefix(errs, "error: unavailable: ") {
+		t.Errorf("unreachable server = exit %d, stderr %q; want error: unavailable", code, errs)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"512": 512, "1k": 1024, "512m": 512 << 20, "2G": 2 << 30, "1.5g": 3 << 29, "64MiB": 64 << 20, "10mb": 10 << 20} {
+		got, err := parseSize(in)
+		if err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1", "1q", "9999999999t"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) accepted", bad)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe runs `engine serve args...` in-process until the test ends
+// and returns its log.
+func startServe(t *testing.T, args ...string) *syncBuffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, append([]string{"serve"}, args...), nil, logs, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("serve exited %d; log:\n%s", code, logs.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("serve did not stop within 60s")
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		select {
+		case code := <-done:
+			done <- code
+			return fmt.Errorf("serve exited early with %d:\n%s", code, logs.String())
+		default:
+		}
+		if !strings.Contains(logs.String(), "paddock engine ready") {
+			return fmt.Errorf("not ready yet")
+		}
+		return nil
+	})
+	return logs
+}
+
+// TestServeEmbedded: `engine serve` with its embedded NATS and local node
+// is a whole system, and its state survives a restart on the same dir.
+func TestServeEmbedded(t *testing.T) {
+	dir := t.TempDir()
+	logs := startServe(t, "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1")
+	m := regexp.MustCompile(`embedded NATS listening url=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no listener URL in the log:\n%s", logs.String())
+	}
+	tour(t, m[1])
+}
+
+// TestServeExternalNATS: `engine serve --nats-url` runs against a
+// separately started nats-server process.
+func TestServeExternalNATS(t *testing.T) {
+	url := testenv.StartNATSProcess(t)
+	startServe(t, "--nats-url", url, "--state-dir", t.TempDir(), "--node-id", "n1")
+	tour(t, url)
+}
+
+func TestServeBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--sync", "sometimes"},
+		{"--listen", "nope"},
+		{"--events-max-bytes", "huge"},
+	} {
+		var errb bytes.Buffer
+		code := run(context.Background(), append([]string{"serve", "--state-dir", t.TempDir()}, args...), nil, &errb, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "error: invalid_request: ") {
+			t.Errorf("serve %v = exit %d, %q; want 2 and invalid_request", args, code, errb.String())
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/paddock-dev/paddock/client"
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// dial connects the CLI to a Paddock deployment.
+func dial(g globals) (*nats.Conn, *client.Client, error) {
+	nc, err := nats.Connect(g.server, nats.Name("paddock-cli"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, errcode.Wrap(errcode.Unavailable, err, "cannot reach Paddock at "+g.server)
+	}
+	c, err := client.New(nc, client.Options{Tenant: g.tenant, Actor: "cli"})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, c, nil
+}
+
+func sandbox(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError{2}
+	}
+	sub, args := args[0], args[1:]
+	var g globals
+	fs := newFlagSet("sandbox "+sub, stderr)
+	g.register(fs)
+	var (
+		jsonOut   = new(bool)
+		env       = kvFlag{}
+		secretEnv = kvFlag{}
+		labels    = kvFlag{}
+		runtime   string
+		image     string
+		cpus      float64
+		memory    string
+		sessionID string
+		timeout   time.Duration
+		cwd       string
+		recursive bool
+		parents   bool
+		mode      uint
+	)
+	switch sub {
+	case "create":
+		fs.StringVar(&runtime, "runtime", "", "runtime: local or docker (default: the node's preferred)")
+		fs.StringVar(&image, "image", "", "container image (docker runtime)")
+		fs.Var(env, "env", "environment variable K=V (repeatable)")
+		fs.Var(secretEnv, "secret-env", "secret environment variable K=V, never recorded (repeatable)")
+		fs.Var(labels, "label", "label K=V (repeatable)")
+		fs.Float64Var(&cpus, "cpus", 0, "CPU limit")
+		fs.StringVar(&memory, "memory", "", "memory limit, e.g. 512m or 2g")
+		fs.StringVar(&sessionID, "id", "", "session id (default: a new UUID)")
+		fs.BoolVar(jsonOut, "json", false, "print the result as JSON")
+	case "exec":
+		fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m)")
+		fs.Var(env, "env", "environment variable K=V for this command (repeatable)")
+		fs.StringVar(&cwd, "cwd", "", "working directory, a workspace path")
+	case "write":
+		fs.UintVar(&mode, "mode", 0o644, "file mode")
+	case "ls":
+		fs.BoolVar(jsonOut, "json", false, "print entries as JSON")
+	case "rm":
+		fs.BoolVar(&recursive, "r", false, "remove directories and their contents")
+	case "mkdir":
+		fs.BoolVar(&parents, "p", false, "make parent directories as needed; no error if it exists")
+	case "read", "running", "start", "stop", "shutdown", "delete":
+	default:
+		return usageErr("unknown sandbox command %q (see engine help)", sub)
+	}
+	pos, rest, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	want := map[string][2]int{ // min, max positional args
+		"create": {0, 0}, "exec": {1, 1}, "write": {2, 2}, "read": {2, 2}, "ls": {1, 2},
+		"rm": {2, 2}, "mkdir": {2, 2}, "running": {1, 1}, "start": {1, 1}, "stop": {1, 1},
+		"shutdown": {1, 1}, "delete": {1, 1},
+	}[sub]
+	if len(pos) < want[0] || len(pos) > want[1] {
+		return usageErr("sandbox %s takes %d to %d arguments, got %d (see engine help)", sub, want[0], want[1], len(pos))
+	}
+	if rest != nil && sub != "exec" {
+		return usageErr("sandbox %s takes no command after --", sub)
+	}
+	nc, c, err := dial(g)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	switch sub {
+	case "create":
+		spec := commands.CreateArgs{
+			SessionID: sessionID, Runtime: runtime, Image: image, Env: env, SecretEnv: secretEnv,
+			Labels: labels, CPUs: cpus,
+		}
+		if memory != "" {
+			if spec.MemoryBytes, err = parseSize(memory); err != nil {
+				return err
+			}
+		}
+		res, err := c.Create(ctx, spec)
+		if err != nil {
+			return err
+		}
+		if *jsonOut {
+			return printJSON(stdout, res)
+		}
+		fmt.Fprintln(stdout, res.SessionID)
+		return nil
+	case "exec":
+		if len(rest) == 0 {
+			return usageErr("sandbox exec needs a command after --")
+		}
+		res, err := c.Exec(ctx, pos[0], commands.ExecArgs{
+			Argv: rest, TimeoutMS: timeout.Milliseconds(), Env: env, Cwd: cwd,
+		})
+		if err != nil {
+			return err
+		}
+		_, _ = stdout.Write(res.Stdout)
+		_, _ = stderr.Write(res.Stderr)
+		if res.StdoutTruncated || res.StderrTruncated {
+			fmt.Fprintf(stderr, "paddock: output truncated (stdout %d bytes, stderr %d bytes in all)\n", res.StdoutBytes, res.StderrBytes)
+		}
+		if res.ExitCode != 0 {
+			return exitError{res.ExitCode}
+		}
+		return nil
+	case "write":
+		data, err := io.ReadAll(io.LimitReader(stdin, commands.InlineLimit+1))
+		if err != nil {
+			return errcode.Wrap(errcode.InvalidRequest, err, "read stdin")
+		}
+		if len(data) > commands.InlineLimit {
+			return errcode.New(errcode.PayloadTooLarge, "stdin holds more than the inline limit of %d bytes", commands.InlineLimit)
+		}
+		_, err = c.WriteFile(ctx, pos[0], pos[1], data, fs0(mode))
+		return err
+	case "read":
+		data, err := c.ReadFile(ctx, pos[0], pos[1])
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(data)
+		return err
+	case "ls":
+		p := ""
+		if len(pos) == 2 {
+			p = pos[1]
+		}
+		entries, err := c.List(ctx, pos[0], p)
+		if err != nil {
+			return err
+		}
+		if *jsonOut {
+			return printJSON(stdout, entries)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, e := range entries {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", modeString(e), e.Size, e.ModTime.Local().Format("2006-01-02 15:04"), e.Name)
+		}
+		return tw.Flush()
+	case "rm":
+		return c.Remove(ctx, pos[0], pos[1], recursive)
+	case "mkdir":
+		return c.Mkdir(ctx, pos[0], pos[1], parents)
+	case "running":
+		ok, err := c.Running(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, ok)
+		return nil
+	default: // start, stop, shutdown, delete
+		if err := c.Do(ctx, pos[0], commands.Op(sub), nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, pos[0])
+		return nil
+	}
+}
+
+func fs0(mode uint) fs.FileMode { return fs.FileMode(mode) & fs.ModePerm }
+
+func modeString(e commands.Entry) string {
+	m := fs.FileMode(e.Mode) & fs.ModePerm
+	switch e.Type {
+	case "dir":
+		m |= fs.ModeDir
+	case "symlink":
+		m |= fs.ModeSymlink
+	case "other":
+		m |= fs.ModeIrregular
+	}
+	return m.String()
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
