@@ -26,10 +26,15 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	waited := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		exited <- err
+		close(waited)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-waited
 	})
 	ctx := testenv.Context(t, 60*time.Second)
 	testenv.Eventually(t, 30*time.Second, func() error {

@@ -13,13 +13,13 @@ import (
 	"github.com/paddock-dev/paddock/events"
 )
 
-func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "tail" {
 		return usageErr("usage: engine events tail [--session ID] [--op OP] [--no-follow] [--json]")
 	}
 	var g globals
 	fs := newFlagSet("events tail", stderr)
-	g.register(fs)
+	g.register(fs, base)
 	session := fs.String("session", "", "only this session's events")
 	op := fs.String("op", "", "only this op's events")
 	noFollow := fs.Bool("no-follow", false, "print the events so far and exit")

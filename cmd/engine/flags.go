@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -18,9 +20,36 @@ type globals struct {
 	tenant string
 }
 
-func (g *globals) register(fs *flag.FlagSet) {
-	g.server = envOr("PADDOCK_URL", "nats://127.0.0.1:4222")
-	g.tenant = envOr("PADDOCK_TENANT", "default")
+// defaultGlobals returns the global flags' values from the environment.
+func defaultGlobals() globals {
+	return globals{
+		server: envOr("PADDOCK_URL", "nats://127.0.0.1:4222"),
+		tenant: envOr("PADDOCK_TENANT", "default"),
+	}
+}
+
+// parseLeadingGlobals parses global flags given before the command
+// (engine --server URL sandbox ...), docker style, and returns them and the
+// remaining arguments.
+func parseLeadingGlobals(args []string) (globals, []string, error) {
+	g := defaultGlobals()
+	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run prints the usage on -h and the error otherwise
+	fs.StringVar(&g.server, "server", g.server, "NATS URL of the Paddock deployment (env PADDOCK_URL)")
+	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant (env PADDOCK_TENANT)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return g, nil, err
+		}
+		return g, nil, errcode.New(errcode.InvalidRequest, "%v", err)
+	}
+	return g, fs.Args(), nil
+}
+
+// register adds the global flags to a command's flag set, defaulting to
+// base (the environment and any flags given before the command).
+func (g *globals) register(fs *flag.FlagSet, base globals) {
+	*g = base
 	fs.StringVar(&g.server, "server", g.server, "NATS URL of the Paddock deployment (env PADDOCK_URL)")
 	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant (env PADDOCK_TENANT)")
 }
@@ -46,9 +75,16 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (pos, rest []string, err 
 			break
 		}
 	}
+	// The flag package prints the usage on every parse error; print it only
+	// when asked for (-h), so that an error is one "error: ..." line.
+	out := fs.Output()
+	var usage bytes.Buffer
+	fs.SetOutput(&usage)
+	defer fs.SetOutput(out)
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				_, _ = out.Write(usage.Bytes())
 				return nil, nil, err
 			}
 			return nil, nil, errcode.New(errcode.InvalidRequest, "%s: %v", fs.Name(), err)

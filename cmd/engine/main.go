@@ -35,7 +35,7 @@ Usage:
   engine sandbox start|stop|shutdown|delete ID
   engine events tail [--session ID] [--op OP] [--no-follow] [--json]
 
-Global flags (every command but serve):
+Global flags (before the command, or among a command's flags; not for serve):
   --server URL    NATS URL (env PADDOCK_URL, default nats://127.0.0.1:4222)
   --tenant NAME   tenant (env PADDOCK_TENANT, default "default")
 
@@ -61,14 +61,25 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	var err error
+	base, args, err := parseLeadingGlobals(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	if err != nil {
+		return report(err, stderr)
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stderr)
 	case "sandbox":
-		err = sandbox(ctx, args[1:], stdin, stdout, stderr)
+		err = sandbox(ctx, base, args[1:], stdin, stdout, stderr)
 	case "events":
-		err = eventsCmd(ctx, args[1:], stdout, stderr)
+		err = eventsCmd(ctx, base, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -22,7 +22,7 @@ func cli(t *testing.T, url, stdin string, args ...string) (int, string, string) 
 	t.Helper()
 	var out, errb bytes.Buffer
 	ctx := testenv.Context(t, 60*time.Second)
-	code := run(ctx, append(args, "--server", url), strings.NewReader(stdin), &out, &errb)
+	code := run(ctx, append([]string{"--server", url}, args...), strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -93,8 +93,8 @@ func tour(t *testing.T, url string) {
 
 	out = mustCLI(t, url, "", "events", "tail", "--session", id, "--no-follow", "--json")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 28 { // 14 operations, a start and a finish each
-		t.Fatalf("events tail printed %d lines, want 28:\n%s", len(lines), out)
+	if len(lines) != 32 { // 16 operations, a start and a finish each
+		t.Fatalf("events tail printed %d lines, want 32:\n%s", len(lines), out)
 	}
 	for i, l := range lines {
 		var ev events.Event
@@ -214,7 +214,7 @@ func startServe(t *testing.T, args ...string) *syncBuffer {
 func TestServeEmbedded(t *testing.T) {
 	dir := t.TempDir()
 	logs := startServe(t, "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1")
-	m := regexp.MustCompile(`embedded NATS listening url=(\S+)`).FindStringSubmatch(logs.String())
+	m := regexp.MustCompile(`paddock engine ready" nats=(\S+)`).FindStringSubmatch(logs.String())
 	if m == nil {
 		t.Fatalf("no listener URL in the log:\n%s", logs.String())
 	}

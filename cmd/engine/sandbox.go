@@ -29,7 +29,7 @@ func dial(g globals) (*nats.Conn, *client.Client, error) {
 	return nc, c, nil
 }
 
-func sandbox(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitError{2}
@@ -37,7 +37,7 @@ func sandbox(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	sub, args := args[0], args[1:]
 	var g globals
 	fs := newFlagSet("sandbox "+sub, stderr)
-	g.register(fs)
+	g.register(fs, base)
 	var (
 		jsonOut   = new(bool)
 		env       = kvFlag{}

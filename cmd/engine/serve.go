@@ -78,11 +78,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
+	// clientURL is where clients reach the NATS server the engine uses;
+	// connect fills it in once the embedded server listens.
+	clientURL := cfg.natsURL
 	app := fx.New(
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.Supply(cfg, logger),
 		fx.Provide(
-			func(lc fx.Lifecycle) (*nats.Conn, error) { return connect(lc, cfg, brokerCfg, logger) },
+			func(lc fx.Lifecycle) (*nats.Conn, error) { return connect(lc, cfg, brokerCfg, logger, &clientURL) },
 			func(nc *nats.Conn) (jetstream.JetStream, error) { return jetstream.New(nc) },
 			func(js jetstream.JetStream) *events.Log { return events.NewLog(js, "", "") },
 			func(nc *nats.Conn, log *events.Log) (*scheduler.Scheduler, error) {
@@ -123,7 +126,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := app.Start(startCtx); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	logger.Info("paddock engine ready", "nats", natsURLFor(cfg), "state_dir", cfg.stateDir, "local_node", !cfg.noLocalNode)
+	logger.Info("paddock engine ready", "nats", clientURL, "state_dir", cfg.stateDir, "local_node", !cfg.noLocalNode)
 	<-ctx.Done()
 	logger.Info("paddock engine stopping")
 	// Stopping gets its own bound: ctx is already done.
@@ -138,13 +141,6 @@ func hostNodeID() string {
 		return "local"
 	}
 	return strings.NewReplacer(".", "-", " ", "-").Replace(h)
-}
-
-func natsURLFor(cfg serveConfig) string {
-	if cfg.natsURL != "" {
-		return cfg.natsURL
-	}
-	return "nats://" + cfg.listen
 }
 
 func (cfg serveConfig) brokerConfig() (broker.Config, error) {
@@ -175,8 +171,9 @@ func (cfg serveConfig) brokerConfig() (broker.Config, error) {
 }
 
 // connect embeds a broker (unless --nats-url) and returns the engine's
-// connection; the lifecycle closes both.
-func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Logger) (*nats.Conn, error) {
+// connection; the lifecycle closes both. It stores the URL clients reach the
+// server at in clientURL.
+func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Logger, clientURL *string) (*nats.Conn, error) {
 	if cfg.natsURL != "" {
 		nc, err := nats.Connect(cfg.natsURL, nats.Name("paddock-engine"), nats.MaxReconnects(-1))
 		if err != nil {
@@ -197,6 +194,7 @@ func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Lo
 		b.Shutdown()
 		return nil, err
 	}
+	*clientURL = b.ClientURL()
 	logger.Info("embedded NATS listening", "url", b.ClientURL(), "jetstream", bc.StoreDir, "sync_always", bc.SyncInterval == 0)
 	lc.Append(fx.StopHook(func() { nc.Close(); b.Shutdown() }))
 	return nc, nil
