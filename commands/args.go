@@ -13,6 +13,7 @@ const (
 	MaxLabels    = 256
 	MaxCPUs      = 256
 	MaxMemory    = 1 << 40 // 1 TiB
+	MaxPids      = 1 << 22
 	MaxExecArgs  = 4096
 	MaxTimeout   = 24 * time.Hour
 	DefaultImage = "paddock/sandbox-base:test"
@@ -41,6 +42,16 @@ type CreateArgs struct {
 	// WorkspaceRoot is the workspace directory as the sandbox sees it
 	// (default /workspace).
 	WorkspaceRoot string `json:"workspace_root,omitempty"`
+	// Network gives the sandbox a network (docker runtime: the default
+	// bridge). Without it the sandbox has none.
+	Network bool `json:"network,omitempty"`
+	// User runs the sandbox's processes as this user ("uid", "uid:gid" or a
+	// name the image knows). Empty means the runtime's non-root default;
+	// root must be asked for explicitly ("0" or "root").
+	User string `json:"user,omitempty"`
+	// PidsLimit caps the number of processes in the sandbox (0: the node's
+	// default).
+	PidsLimit int64 `json:"pids_limit,omitempty"`
 }
 
 // Validate checks the spec's values and returns an invalid_request error
@@ -87,8 +98,21 @@ func (a *CreateArgs) Validate() error {
 	if a.MemoryBytes > 0 && a.MemoryBytes < 4<<20 {
 		return errcode.New(errcode.InvalidRequest, "memory %d is below the 4 MiB minimum", a.MemoryBytes)
 	}
+	if a.PidsLimit < 0 || a.PidsLimit > MaxPids {
+		return errcode.New(errcode.InvalidRequest, "pids_limit %d is outside 0..%d", a.PidsLimit, MaxPids)
+	}
+	if err := checkUser(a.User); err != nil {
+		return err
+	}
 	if a.WorkspaceRoot != "" && (!strings.HasPrefix(a.WorkspaceRoot, "/") || a.WorkspaceRoot == "/" || strings.Contains(a.WorkspaceRoot, "..") || strings.ContainsRune(a.WorkspaceRoot, 0)) {
 		return errcode.New(errcode.InvalidRequest, "workspace_root %q must be an absolute directory other than /", a.WorkspaceRoot)
+	}
+	return nil
+}
+
+func checkUser(u string) error {
+	if len(u) > 64 || strings.ContainsFunc(u, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errcode.New(errcode.InvalidRequest, "user %q is longer than 64 bytes or has spaces or control characters", u)
 	}
 	return nil
 }
@@ -131,6 +155,9 @@ type ExecArgs struct {
 	Env       map[string]string `json:"env,omitempty"`
 	// Cwd is a workspace path (default: the workspace root).
 	Cwd string `json:"cwd,omitempty"`
+	// User runs this command as another user than the session's (docker
+	// runtime only).
+	User string `json:"user,omitempty"`
 	// MaxOutputBytes caps stdout and stderr each in the reply
 	// (0 or more than MaxOutputBytes: MaxOutputBytes).
 	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
@@ -157,6 +184,9 @@ func (a *ExecArgs) Validate() error {
 	}
 	if a.MaxOutputBytes < 0 {
 		return errcode.New(errcode.InvalidRequest, "max_output_bytes is negative")
+	}
+	if err := checkUser(a.User); err != nil {
+		return err
 	}
 	return checkEnv(a.Env)
 }

@@ -92,10 +92,40 @@ func TestCreateArgsValidate(t *testing.T) {
 		{"relative root", CreateArgs{WorkspaceRoot: "work"}, false},
 		{"root /", CreateArgs{WorkspaceRoot: "/"}, false},
 		{"bad session id", CreateArgs{SessionID: "a.b"}, false},
+		{"loosened", CreateArgs{Network: true, User: "0", PidsLimit: 100}, true},
+		{"negative pids", CreateArgs{PidsLimit: -1}, false},
+		{"absurd pids", CreateArgs{PidsLimit: 1 << 40}, false},
+		{"user with space", CreateArgs{User: "root --privileged"}, false},
+		{"user with newline", CreateArgs{User: "a\nb"}, false},
 	} {
 		err := tc.a.Validate()
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestExecArgsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    ExecArgs
+		ok   bool
+	}{
+		{"argv", ExecArgs{Argv: []string{"true"}}, true},
+		{"shell", ExecArgs{Shell: "true", User: "1000:1000", TimeoutMS: 5}, true},
+		{"neither", ExecArgs{}, false},
+		{"both", ExecArgs{Argv: []string{"true"}, Shell: "true"}, false},
+		{"empty argv0", ExecArgs{Argv: []string{""}}, false},
+		{"NUL", ExecArgs{Shell: "a\x00b"}, false},
+		{"negative timeout", ExecArgs{Shell: "true", TimeoutMS: -1}, false},
+		{"absurd timeout", ExecArgs{Shell: "true", TimeoutMS: 1 << 50}, false},
+		{"negative output", ExecArgs{Shell: "true", MaxOutputBytes: -1}, false},
+		{"bad user", ExecArgs{Shell: "true", User: "a b"}, false},
+		{"bad env", ExecArgs{Shell: "true", Env: map[string]string{"": "x"}}, false},
+	} {
+		err := tc.a.Validate()
+		if (err == nil) != tc.ok || (err != nil && errcode.Of(err) != errcode.InvalidRequest) {
+			t.Errorf("%s: Validate() = %v, want ok=%v (or invalid_request)", tc.name, err, tc.ok)
 		}
 	}
 }

@@ -26,6 +26,7 @@ const (
 	InvalidState        Code = "invalid_state"
 	NoCapacity          Code = "no_capacity"
 	Internal            Code = "internal"
+	ImageNotFound       Code = "image_not_found"
 )
 
 type entry struct {
@@ -48,6 +49,7 @@ var registry = map[Code]entry{
 	InvalidState:        {false, "the session is not in a state that allows the operation"},
 	NoCapacity:          {true, "no registered node has the requested runtime and room"},
 	Internal:            {true, "an unexpected failure inside Paddock"},
+	ImageNotFound:       {false, "the sandbox image is not on the node and cannot be pulled"},
 }
 
 // Known reports whether c is in the registry.
@@ -147,4 +149,5 @@ var (
 	ErrInvalidState        = &Error{Code: InvalidState}
 	ErrNoCapacity          = &Error{Code: NoCapacity}
 	ErrInternal            = &Error{Code: Internal}
+	ErrImageNotFound       = &Error{Code: ImageNotFound}
 )

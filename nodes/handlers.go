@@ -26,6 +26,9 @@ type createData struct {
 	CPUs          float64           `json:"cpus,omitempty"`
 	MemoryBytes   int64             `json:"memory_bytes,omitempty"`
 	WorkspaceRoot string            `json:"workspace_root"`
+	Network       bool              `json:"network,omitempty"`
+	User          string            `json:"user,omitempty"`
+	PidsLimit     int64             `json:"pids_limit,omitempty"`
 	Epoch         uint64            `json:"epoch"`
 }
 
@@ -94,11 +97,13 @@ func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
 	start := createData{
 		Runtime: rtName, Image: spec.Image, Env: spec.Env, SecretEnvKeys: keys, Labels: spec.Labels,
 		CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root, Epoch: 1,
+		Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit,
 	}
 	a.run(ctx, m, s, req, commands.OpCreate, start, func(ctx context.Context) (outcome, error) {
 		sb, err := rt.Create(ctx, runtime.Spec{
 			Tenant: p.Tenant, SessionID: p.SessionID, Node: a.cfg.ID, Epoch: 1, Image: spec.Image,
 			Env: env, Labels: spec.Labels, CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root,
+			Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit,
 		})
 		if err != nil {
 			return outcome{}, err
@@ -254,7 +259,7 @@ func (a *Agent) opExec(ctx context.Context, m *nats.Msg, s *session) {
 	start := execStart{Argv: shown, Cwd: args.Cwd, TimeoutMS: timeout.Milliseconds(), EnvKeys: envKeys}
 	a.run(ctx, m, s, req, commands.OpExec, start, func(ctx context.Context) (outcome, error) {
 		began := time.Now()
-		res, err := s.sandbox().Exec(ctx, runtime.ExecSpec{Argv: argv, Env: args.Env, Cwd: args.Cwd, Timeout: timeout, MaxOutput: maxOut})
+		res, err := s.sandbox().Exec(ctx, runtime.ExecSpec{Argv: argv, Env: args.Env, Cwd: args.Cwd, User: args.User, Timeout: timeout, MaxOutput: maxOut})
 		if err != nil {
 			return outcome{}, err
 		}

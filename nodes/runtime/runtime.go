@@ -33,6 +33,13 @@ type Spec struct {
 	MemoryBytes int64
 	// WorkspaceRoot is the workspace directory as the sandbox sees it.
 	WorkspaceRoot string
+	// Network gives the sandbox a network; without it it has none.
+	Network bool
+	// User is the user the sandbox's processes run as; empty means the
+	// runtime's non-root default.
+	User string
+	// PidsLimit caps the sandbox's processes; 0 means the runtime's default.
+	PidsLimit int64
 }
 
 // Sandbox is one running (or stopped) sandbox. Its methods are safe for
@@ -75,6 +82,10 @@ type ExecSpec struct {
 	Env map[string]string
 	// Cwd is a workspace path; empty means the workspace root.
 	Cwd string
+	// User runs the command as another user than the sandbox's; empty
+	// means the sandbox's user. Runtimes that cannot switch users refuse a
+	// non-empty User with invalid_request.
+	User string
 	// Timeout bounds the command; zero means no bound beyond ctx.
 	Timeout time.Duration
 	// MaxOutput caps the bytes kept of stdout and of stderr each.
@@ -90,4 +101,21 @@ type ExecResult struct {
 	StderrBytes     int64
 	StdoutTruncated bool
 	StderrTruncated bool
+}
+
+// Found is a sandbox a runtime made before the node agent restarted, as
+// FindSandboxes reports it.
+type Found struct {
+	Tenant    string
+	SessionID string
+	Epoch     uint64
+	// Created is when the runtime made the sandbox.
+	Created time.Time
+	// Running reports whether its processes run now.
+	Running bool
+	// Env is the sandbox's environment (secret values included), so that the
+	// node can rebuild its redaction of secret values.
+	Env map[string]string
+	// Sandbox drives it, exactly as the one Create returned did.
+	Sandbox Sandbox
 }

@@ -47,6 +47,9 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 	if len(spec.Argv) == 0 {
 		return runtime.ExecResult{}, errcode.New(errcode.InvalidRequest, "exec: empty argv")
 	}
+	if spec.User != "" {
+		return runtime.ExecResult{}, errcode.New(errcode.InvalidRequest, "the local runtime runs commands as the node's user; it cannot run as %q", spec.User)
+	}
 	if err := s.checkRunning(); err != nil {
 		return runtime.ExecResult{}, err
 	}

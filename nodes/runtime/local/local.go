@@ -90,6 +90,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err := checkComponent("session id", spec.SessionID); err != nil {
 		return nil, err
 	}
+	if spec.User != "" {
+		return nil, errcode.New(errcode.InvalidRequest, "the local runtime runs sandboxes as the node's user; it cannot run as %q", spec.User)
+	}
 	vroot := spec.WorkspaceRoot
 	if vroot == "" {
 		vroot = runtime.DefaultWorkspaceRoot

@@ -131,6 +131,20 @@ func TestCreateBadNames(t *testing.T) {
 	}
 }
 
+// TestUserRefused: the local runtime cannot switch users, so it refuses a
+// user instead of silently running as the node's.
+func TestUserRefused(t *testing.T) {
+	rt := newRuntime(t)
+	_, err := rt.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: "u", User: "1000"})
+	wantCode(t, "Create as user", err, errcode.InvalidRequest)
+	if _, err := os.Stat(rt.WorkspaceDir("t", "u")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("refused Create left a workspace: %v", err)
+	}
+	sb, _ := create(t, rt, nil)
+	_, err = sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"true"}, User: "0"})
+	wantCode(t, "Exec as user", err, errcode.InvalidRequest)
+}
+
 func TestFileOpsOnStoppedSandbox(t *testing.T) {
 	sb, _ := create(t, newRuntime(t), nil)
 	ctx := t.Context()
