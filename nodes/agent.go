@@ -33,7 +33,7 @@ type Agent struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // in-flight handlers
-	loops  sync.WaitGroup // the heartbeat loop
+	loops  sync.WaitGroup // the heartbeat and reaper loops
 	sem    chan struct{}
 
 	mu       sync.Mutex // guards the fields below
@@ -126,10 +126,15 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.unsubscribeNode()
 		return err
 	}
+	a.adoptAll(ctx)
 	a.heartbeat()
 	a.loops.Add(1)
 	go a.heartbeatLoop()
-	a.logger.Info("node agent started", "runtimes", a.order)
+	if a.hasFinder() {
+		a.loops.Add(1)
+		go a.reapLoop()
+	}
+	a.logger.Info("node agent started", "runtimes", a.order, "sessions", len(a.Sessions()))
 	return nil
 }
 
@@ -148,9 +153,11 @@ func (a *Agent) Close(ctx context.Context) error {
 	subs := a.nodeSubs
 	a.nodeSubs = nil
 	for _, s := range a.sessions {
+		s.mu.Lock()
 		if s.sub != nil {
 			subs = append(subs, s.sub)
 		}
+		s.mu.Unlock()
 	}
 	a.mu.Unlock()
 
@@ -178,6 +185,15 @@ func (a *Agent) Close(ctx context.Context) error {
 	})
 	a.logger.Info("node agent stopped")
 	return err
+}
+
+func (a *Agent) hasFinder() bool {
+	for _, rt := range a.runtimes {
+		if _, ok := rt.(finder); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Agent) unsubscribeNode() {

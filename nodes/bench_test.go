@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/testenv"
@@ -19,32 +20,37 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkExecTrue -benchtime 400x ./nodes/
 func BenchmarkExecTrue(b *testing.B) {
-	st := testenv.StartStack(b, testenv.StackOptions{})
-	ctx := context.Background()
+	for _, sync := range []struct {
+		name     string
+		interval time.Duration
+	}{{"sync=always", 0}, {"sync=1s", time.Second}} {
+		st := testenv.StartStack(b, testenv.StackOptions{Broker: broker.Config{SyncInterval: sync.interval}})
+		ctx := context.Background()
 
-	b.Run("direct", func(b *testing.B) {
-		sb, err := st.Local.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: "node-1"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sb.Shutdown(ctx)
-		spec := runtime.ExecSpec{Argv: []string{"true"}, Timeout: time.Minute, MaxOutput: commands.MaxOutputBytes}
-		measure(b, func() error {
-			_, err := sb.Exec(ctx, spec)
-			return err
+		b.Run("direct/"+sync.name, func(b *testing.B) {
+			sb, err := st.Local.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: "node-1"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Shutdown(ctx)
+			spec := runtime.ExecSpec{Argv: []string{"true"}, Timeout: time.Minute, MaxOutput: commands.MaxOutputBytes}
+			measure(b, func() error {
+				_, err := sb.Exec(ctx, spec)
+				return err
+			})
 		})
-	})
-	b.Run("paddock", func(b *testing.B) {
-		s, err := st.Client.Create(ctx, commands.CreateArgs{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		args := commands.ExecArgs{Argv: []string{"true"}}
-		measure(b, func() error {
-			_, err := st.Client.Exec(ctx, s.SessionID, args)
-			return err
+		b.Run("paddock/"+sync.name, func(b *testing.B) {
+			s, err := st.Client.Create(ctx, commands.CreateArgs{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			args := commands.ExecArgs{Argv: []string{"true"}}
+			measure(b, func() error {
+				_, err := st.Client.Exec(ctx, s.SessionID, args)
+				return err
+			})
 		})
-	})
+	}
 }
 
 // measure runs fn b.N times and reports the p50 and p99 latency.

@@ -34,6 +34,12 @@ type Config struct {
 	DefaultExecTimeout time.Duration
 	// MaxConcurrent bounds commands handled at once (default 256).
 	MaxConcurrent int
+	// ReapGrace is how old a sandbox of this node that no live session owns
+	// must be before the reaper removes it (default 5m). The grace covers
+	// sandboxes whose create is still being recorded.
+	ReapGrace time.Duration
+	// ReapInterval is how often the reaper looks (default 1m).
+	ReapInterval time.Duration
 }
 
 // Validate checks the config.
@@ -44,7 +50,7 @@ func (c Config) Validate() error {
 	if c.Capacity < 0 || c.MaxConcurrent < 0 || c.Capture.Limit < 0 {
 		return errors.New("nodes: negative capacity, concurrency or capture limit")
 	}
-	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 {
+	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 {
 		return errors.New("nodes: negative interval")
 	}
 	if c.Capture.Limit > commands.MaxOutputBytes {
@@ -68,6 +74,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = 256
+	}
+	if c.ReapGrace == 0 {
+		c.ReapGrace = 5 * time.Minute
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = time.Minute
 	}
 	return c
 }

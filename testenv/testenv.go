@@ -95,6 +95,9 @@ type StackOptions struct {
 	Tenant string
 	// NoNode starts no node agent (the test brings its own).
 	NoNode bool
+	// Broker configures the embedded server (durability); its address and
+	// store directory are always the test's own.
+	Broker broker.Config
 }
 
 // Stack is a whole Paddock on one embedded server.
@@ -117,7 +120,7 @@ type Stack struct {
 func StartStack(t testing.TB, opts StackOptions) *Stack {
 	t.Helper()
 	ctx := Context(t, 30*time.Second)
-	st := &Stack{Broker: StartBroker(t)}
+	st := &Stack{Broker: StartBrokerWith(t, opts.Broker)}
 	nc, err := st.Broker.Connect()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,280 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/projection"
+)
+
+// finder is a runtime that can find again the sandboxes it made for this
+// node, after the agent restarted (the Docker runtime, by labels).
+type finder interface {
+	FindSandboxes(ctx context.Context) ([]runtime.Found, error)
+}
+
+// verdict is what the agent does with a sandbox it found.
+type verdict int
+
+const (
+	keep   verdict = iota // cannot tell now (events unreadable): leave it
+	adopt                 // the events say this node owns a live session on it
+	orphan                // no live session of this node owns it: reap it
+)
+
+// judged is a found sandbox with what its session's events say about it.
+type judged struct {
+	verdict    verdict
+	why        string
+	state      projection.Session
+	evs        []events.Event
+	lastStream uint64
+}
+
+// judge reads the session's events and decides whether this node owns a
+// live session on fd.
+func (a *Agent) judge(ctx context.Context, fd runtime.Found) judged {
+	evs, err := a.log.Session(ctx, fd.Tenant, fd.SessionID)
+	if err != nil {
+		return judged{verdict: keep, why: fmt.Sprintf("events unreadable: %v", err)}
+	}
+	if len(evs) == 0 {
+		return judged{verdict: orphan, why: "no events for the session"}
+	}
+	st, ferr := projection.Fold(evs)
+	switch {
+	case ferr != nil:
+		return judged{verdict: orphan, why: fmt.Sprintf("the session's history is inconsistent: %v", ferr)}
+	case st.Node != a.cfg.ID:
+		return judged{verdict: orphan, why: fmt.Sprintf("the session belongs to node %s", st.Node)}
+	case st.Epoch != fd.Epoch:
+		return judged{verdict: orphan, why: fmt.Sprintf("the session is at epoch %d, the sandbox at %d", st.Epoch, fd.Epoch)}
+	case st.Status != projection.StatusRunning && st.Status != projection.StatusStopped:
+		return judged{verdict: orphan, why: fmt.Sprintf("the session is %s", st.Status), state: st, evs: evs}
+	}
+	_, lastStream, err := a.log.Last(ctx, fd.Tenant, fd.SessionID)
+	if err != nil {
+		return judged{verdict: keep, why: fmt.Sprintf("events unreadable: %v", err)}
+	}
+	return judged{verdict: adopt, state: st, evs: evs, lastStream: lastStream}
+}
+
+// adoptAll finds the sandboxes the agent's runtimes hold for this node and
+// serves again those whose sessions this node owns. Orphans are left to
+// the reaper, which removes them once they are older than ReapGrace.
+func (a *Agent) adoptAll(ctx context.Context) {
+	for _, name := range a.order {
+		f, ok := a.runtimes[name].(finder)
+		if !ok {
+			continue
+		}
+		found, err := f.FindSandboxes(ctx)
+		if err != nil {
+			a.logger.Warn("cannot list sandboxes to reattach", "runtime", name, "err", err)
+			continue
+		}
+		for _, fd := range found {
+			a.mu.Lock()
+			_, held := a.sessions[sessionKey(fd.Tenant, fd.SessionID)]
+			a.mu.Unlock()
+			if held {
+				continue
+			}
+			j := a.judge(ctx, fd)
+			if j.verdict != adopt {
+				a.logger.Info("found a sandbox no live session of this node owns", "tenant", fd.Tenant, "session", fd.SessionID, "why", j.why)
+				a.closeDangling(ctx, fd, j)
+				continue
+			}
+			if err := a.adoptOne(ctx, name, fd, j); err != nil {
+				a.logger.Warn("cannot reattach session", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
+			}
+		}
+	}
+}
+
+// createStart is the part of the create start event that adoption needs.
+type createStart struct {
+	WorkspaceRoot string   `json:"workspace_root"`
+	SecretEnvKeys []string `json:"secret_env_keys"`
+}
+
+// adoptOne serves the session on fd again: it restores the session's
+// sequence and redaction from the events and the sandbox, records the
+// operations the restart cut short as failed, and subscribes.
+func (a *Agent) adoptOne(ctx context.Context, rtName string, fd runtime.Found, j judged) error {
+	var cs createStart
+	_ = json.Unmarshal(j.evs[0].Data, &cs) // the fold checked evs[0] is the create start
+	if cs.WorkspaceRoot == "" {
+		cs.WorkspaceRoot = runtime.DefaultWorkspaceRoot
+	}
+	secrets := make(map[string]string, len(cs.SecretEnvKeys))
+	for _, k := range cs.SecretEnvKeys {
+		secrets[k] = fd.Env[k]
+	}
+	s := &session{
+		tenant: fd.Tenant, id: fd.SessionID, runtime: rtName, root: cs.WorkspaceRoot,
+		redact: newRedactor(secrets), status: j.state.Status, results: map[string]*cmdResult{},
+		seq: j.state.LastSeq, lastStreamSeq: j.lastStream, sb: fd.Sandbox,
+	}
+	key := sessionKey(fd.Tenant, fd.SessionID)
+	a.mu.Lock()
+	if a.sessions[key] != nil || a.draining {
+		a.mu.Unlock()
+		return nil
+	}
+	a.sessions[key] = s
+	a.mu.Unlock()
+
+	if err := a.finishInFlight(ctx, s, j); err != nil {
+		a.forget(s)
+		return err
+	}
+	// The events are the truth: a session they say is running runs again
+	// (its container may have stopped with the host).
+	if j.state.Status == projection.StatusRunning && !fd.Running {
+		if err := fd.Sandbox.Start(ctx); err != nil {
+			a.logger.Warn("reattached session's sandbox does not start", "tenant", s.tenant, "session", s.id, "err", err)
+		}
+	}
+	sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(s.tenant, s.id), a.dispatch(a.sessionHandler(s)))
+	if err == nil {
+		err = a.nc.FlushTimeout(10 * time.Second)
+	}
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		a.forget(s)
+		return errcode.Wrap(errcode.Unavailable, err, "subscribe session subject")
+	}
+	// Set the subscription under a.mu so that Close either sees it or has
+	// already begun draining (then it is dropped here).
+	a.mu.Lock()
+	draining := a.draining
+	if !draining {
+		s.mu.Lock()
+		s.sub = sub
+		s.mu.Unlock()
+	}
+	a.mu.Unlock()
+	if draining {
+		_ = sub.Unsubscribe()
+		return nil
+	}
+	a.logger.Info("reattached session", "tenant", s.tenant, "session", s.id, "status", s.getStatus(), "seq", s.seq)
+	return nil
+}
+
+// finishInFlight appends a failed finish for each operation of s that
+// started but never finished because the node stopped under it, so that
+// every start has its finish.
+func (a *Agent) finishInFlight(ctx context.Context, s *session, j judged) error {
+	for _, ev := range j.evs {
+		if ev.Phase != events.PhaseStart {
+			continue
+		}
+		if _, open := j.state.InFlight[ev.SpanID]; !open {
+			continue
+		}
+		ok, retry := false, errcode.Unavailable.Retryable()
+		fin := events.Event{
+			Version: events.Version, EventID: uuid.NewString(), TS: time.Now().UTC(),
+			Tenant: s.tenant, SessionID: s.id, Op: ev.Op, Phase: events.PhaseFinish,
+			CommandID: ev.CommandID, SpanID: ev.SpanID, ParentSpanID: ev.ParentSpanID, TraceID: ev.TraceID,
+			Node: a.cfg.ID, Actor: ev.Actor, OK: &ok,
+			ErrorCode: string(errcode.Unavailable), ErrorType: "errcode.Error", ErrorRetryable: &retry,
+			ErrorMessage: fmt.Sprintf("node %s stopped while the operation ran; its outcome is unknown", a.cfg.ID),
+		}
+		if err := a.appendEvent(ctx, s, &fin); err != nil {
+			return fmt.Errorf("record the end of %s %s: %w", ev.Op, ev.SpanID, err)
+		}
+	}
+	return nil
+}
+
+// closeDangling records the end of a create that the node's stop cut
+// short, so that the session's history is whole; the reaper removes the
+// sandbox later.
+func (a *Agent) closeDangling(ctx context.Context, fd runtime.Found, j judged) {
+	if j.state.Status != projection.StatusCreating || j.state.Node != a.cfg.ID || len(j.state.InFlight) == 0 {
+		return
+	}
+	_, lastStream, err := a.log.Last(ctx, fd.Tenant, fd.SessionID)
+	if err != nil {
+		return
+	}
+	s := &session{tenant: fd.Tenant, id: fd.SessionID, seq: j.state.LastSeq, lastStreamSeq: lastStream}
+	if err := a.finishInFlight(ctx, s, j); err != nil {
+		a.logger.Warn("cannot record the end of an interrupted create", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
+	}
+}
+
+// reapLoop removes, every ReapInterval, sandboxes of this node that no
+// live session owns and that are older than ReapGrace (as Nomad's docker
+// driver reaps dangling containers).
+func (a *Agent) reapLoop() {
+	defer a.loops.Done()
+	t := time.NewTicker(a.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-t.C:
+			a.reap(a.ctx)
+		}
+	}
+}
+
+// reap runs one reaper pass and returns how many sandboxes it removed.
+func (a *Agent) reap(ctx context.Context) int {
+	n := 0
+	for _, name := range a.order {
+		f, ok := a.runtimes[name].(finder)
+		if !ok {
+			continue
+		}
+		found, err := f.FindSandboxes(ctx)
+		if err != nil {
+			a.logger.Warn("reaper cannot list sandboxes", "runtime", name, "err", err)
+			continue
+		}
+		for _, fd := range found {
+			a.mu.Lock()
+			_, held := a.sessions[sessionKey(fd.Tenant, fd.SessionID)]
+			draining := a.draining
+			a.mu.Unlock()
+			if held || draining || time.Since(fd.Created) < a.cfg.ReapGrace {
+				continue
+			}
+			j := a.judge(ctx, fd)
+			switch j.verdict {
+			case keep:
+				continue
+			case adopt:
+				// A sandbox that startup could not reattach (a passing
+				// fault): serve it now rather than remove a live session.
+				if err := a.adoptOne(ctx, name, fd, j); err != nil {
+					a.logger.Warn("cannot reattach session", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
+				}
+				continue
+			}
+			a.closeDangling(ctx, fd, j)
+			if err := fd.Sandbox.Shutdown(ctx); err != nil {
+				a.logger.Warn("reaper cannot remove sandbox", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
+				continue
+			}
+			n++
+			a.logger.Info("reaped orphaned sandbox", "tenant", fd.Tenant, "session", fd.SessionID, "why", j.why)
+		}
+	}
+	return n
+}
