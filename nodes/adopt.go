@@ -66,10 +66,9 @@ func (a *Agent) judge(ctx context.Context, fd runtime.Found) judged {
 	return judged{verdict: adopt, state: st, evs: evs, lastStream: lastStream}
 }
 
-// adoptAll finds the sandboxes the agent's runtimes hold for this node and
-// serves again those whose sessions this node owns. Orphans are left to
-// the reaper, which removes them once they are older than ReapGrace.
-func (a *Agent) adoptAll(ctx context.Context) {
+// eachUnheld calls fn for every sandbox that the agent's runtimes find
+// for this node and that no session of the agent holds.
+func (a *Agent) eachUnheld(ctx context.Context, fn func(rtName string, fd runtime.Found)) {
 	for _, name := range a.order {
 		f, ok := a.runtimes[name].(finder)
 		if !ok {
@@ -77,27 +76,35 @@ func (a *Agent) adoptAll(ctx context.Context) {
 		}
 		found, err := f.FindSandboxes(ctx)
 		if err != nil {
-			a.logger.Warn("cannot list sandboxes to reattach", "runtime", name, "err", err)
+			a.logger.Warn("cannot list the runtime's sandboxes", "runtime", name, "err", err)
 			continue
 		}
 		for _, fd := range found {
 			a.mu.Lock()
 			_, held := a.sessions[sessionKey(fd.Tenant, fd.SessionID)]
 			a.mu.Unlock()
-			if held {
-				continue
-			}
-			j := a.judge(ctx, fd)
-			if j.verdict != adopt {
-				a.logger.Info("found a sandbox no live session of this node owns", "tenant", fd.Tenant, "session", fd.SessionID, "why", j.why)
-				a.closeDangling(ctx, fd, j)
-				continue
-			}
-			if err := a.adoptOne(ctx, name, fd, j); err != nil {
-				a.logger.Warn("cannot reattach session", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
+			if !held {
+				fn(name, fd)
 			}
 		}
 	}
+}
+
+// adoptAll serves again the sandboxes whose sessions this node owns.
+// Orphans are left to the reaper, which removes them once they are older
+// than ReapGrace.
+func (a *Agent) adoptAll(ctx context.Context) {
+	a.eachUnheld(ctx, func(rtName string, fd runtime.Found) {
+		j := a.judge(ctx, fd)
+		if j.verdict != adopt {
+			a.logger.Info("found a sandbox no live session of this node owns", "tenant", fd.Tenant, "session", fd.SessionID, "why", j.why)
+			a.closeDangling(ctx, fd, j)
+			return
+		}
+		if err := a.adoptOne(ctx, rtName, fd, j); err != nil {
+			a.logger.Warn("cannot reattach session", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
+		}
+	})
 }
 
 // createStart is the part of the create start event that adoption needs.
@@ -217,64 +224,37 @@ func (a *Agent) closeDangling(ctx context.Context, fd runtime.Found, j judged) {
 	}
 }
 
-// reapLoop removes, every ReapInterval, sandboxes of this node that no
+// reap runs one reaper pass: it removes the sandboxes of this node that no
 // live session owns and that are older than ReapGrace (as Nomad's docker
-// driver reaps dangling containers).
-func (a *Agent) reapLoop() {
-	defer a.loops.Done()
-	t := time.NewTicker(a.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.ctx.Done():
-			return
-		case <-t.C:
-			a.reap(a.ctx)
-		}
-	}
-}
-
-// reap runs one reaper pass and returns how many sandboxes it removed.
+// driver reaps dangling containers). It returns how many it removed.
 func (a *Agent) reap(ctx context.Context) int {
 	n := 0
-	for _, name := range a.order {
-		f, ok := a.runtimes[name].(finder)
-		if !ok {
-			continue
+	a.eachUnheld(ctx, func(rtName string, fd runtime.Found) {
+		a.mu.Lock()
+		draining := a.draining
+		a.mu.Unlock()
+		if draining || time.Since(fd.Created) < a.cfg.ReapGrace {
+			return
 		}
-		found, err := f.FindSandboxes(ctx)
-		if err != nil {
-			a.logger.Warn("reaper cannot list sandboxes", "runtime", name, "err", err)
-			continue
+		j := a.judge(ctx, fd)
+		switch j.verdict {
+		case keep:
+			return
+		case adopt:
+			// A sandbox that startup could not reattach (a passing fault):
+			// serve it now rather than remove a live session.
+			if err := a.adoptOne(ctx, rtName, fd, j); err != nil {
+				a.logger.Warn("cannot reattach session", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
+			}
+			return
 		}
-		for _, fd := range found {
-			a.mu.Lock()
-			_, held := a.sessions[sessionKey(fd.Tenant, fd.SessionID)]
-			draining := a.draining
-			a.mu.Unlock()
-			if held || draining || time.Since(fd.Created) < a.cfg.ReapGrace {
-				continue
-			}
-			j := a.judge(ctx, fd)
-			switch j.verdict {
-			case keep:
-				continue
-			case adopt:
-				// A sandbox that startup could not reattach (a passing
-				// fault): serve it now rather than remove a live session.
-				if err := a.adoptOne(ctx, name, fd, j); err != nil {
-					a.logger.Warn("cannot reattach session", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
-				}
-				continue
-			}
-			a.closeDangling(ctx, fd, j)
-			if err := fd.Sandbox.Shutdown(ctx); err != nil {
-				a.logger.Warn("reaper cannot remove sandbox", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
-				continue
-			}
-			n++
-			a.logger.Info("reaped orphaned sandbox", "tenant", fd.Tenant, "session", fd.SessionID, "why", j.why)
+		a.closeDangling(ctx, fd, j)
+		if err := fd.Sandbox.Shutdown(ctx); err != nil {
+			a.logger.Warn("reaper cannot remove sandbox", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
+			return
 		}
-	}
+		n++
+		a.logger.Info("reaped orphaned sandbox", "tenant", fd.Tenant, "session", fd.SessionID, "why", j.why)
+	})
 	return n
 }

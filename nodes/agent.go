@@ -129,10 +129,10 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.adoptAll(ctx)
 	a.heartbeat()
 	a.loops.Add(1)
-	go a.heartbeatLoop()
+	go a.every(a.cfg.HeartbeatInterval, a.heartbeat)
 	if a.hasFinder() {
 		a.loops.Add(1)
-		go a.reapLoop()
+		go a.every(a.cfg.ReapInterval, func() { a.reap(a.ctx) })
 	}
 	a.logger.Info("node agent started", "runtimes", a.order, "sessions", len(a.Sessions()))
 	return nil
@@ -259,16 +259,18 @@ func (a *Agent) heartbeat() {
 	}
 }
 
-func (a *Agent) heartbeatLoop() {
+// every calls fn every interval until the agent's context ends; it is one
+// of the agent's loops, which Close waits for.
+func (a *Agent) every(interval time.Duration, fn func()) {
 	defer a.loops.Done()
-	t := time.NewTicker(a.cfg.HeartbeatInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-a.ctx.Done():
 			return
 		case <-t.C:
-			a.heartbeat()
+			fn()
 		}
 	}
 }

@@ -189,9 +189,13 @@ func (a *Agent) opHandler(op commands.Op) opFunc {
 	case commands.OpLs:
 		return a.opLs
 	case commands.OpRm:
-		return a.opRm
+		return fileOp(a, op, func(ctx context.Context, sb runtime.Sandbox, args commands.RmArgs) error {
+			return sb.Remove(ctx, args.Path, args.Recursive)
+		})
 	case commands.OpMkdir:
-		return a.opMkdir
+		return fileOp(a, op, func(ctx context.Context, sb runtime.Sandbox, args commands.MkdirArgs) error {
+			return sb.Mkdir(ctx, args.Path, args.Parents)
+		})
 	case commands.OpRunning:
 		return a.opRunning
 	default:
@@ -351,32 +355,22 @@ func (a *Agent) opLs(ctx context.Context, m *nats.Msg, s *session) {
 	})
 }
 
-func (a *Agent) opRm(ctx context.Context, m *nats.Msg, s *session) {
-	var args commands.RmArgs
-	req, ok := a.decode(m, &args)
-	if !ok {
-		return
-	}
-	a.run(ctx, m, s, req, commands.OpRm, args, func(ctx context.Context) (outcome, error) {
-		if err := s.sandbox().Remove(ctx, args.Path, args.Recursive); err != nil {
-			return outcome{}, err
+// fileOp serves an op whose start event records its args and whose reply
+// is empty (rm, mkdir).
+func fileOp[A any](a *Agent, op commands.Op, do func(ctx context.Context, sb runtime.Sandbox, args A) error) opFunc {
+	return func(ctx context.Context, m *nats.Msg, s *session) {
+		var args A
+		req, ok := a.decode(m, &args)
+		if !ok {
+			return
 		}
-		return outcome{result: struct{}{}}, nil
-	})
-}
-
-func (a *Agent) opMkdir(ctx context.Context, m *nats.Msg, s *session) {
-	var args commands.MkdirArgs
-	req, ok := a.decode(m, &args)
-	if !ok {
-		return
+		a.run(ctx, m, s, req, op, args, func(ctx context.Context) (outcome, error) {
+			if err := do(ctx, s.sandbox(), args); err != nil {
+				return outcome{}, err
+			}
+			return outcome{result: struct{}{}}, nil
+		})
 	}
-	a.run(ctx, m, s, req, commands.OpMkdir, args, func(ctx context.Context) (outcome, error) {
-		if err := s.sandbox().Mkdir(ctx, args.Path, args.Parents); err != nil {
-			return outcome{}, err
-		}
-		return outcome{result: struct{}{}}, nil
-	})
 }
 
 func (a *Agent) opRunning(ctx context.Context, m *nats.Msg, s *session) {
