@@ -1,9 +1,18 @@
 package events
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 )
+
+// Hash returns the hex sha256 of an event's stored bytes, as the next
+// event of its session carries it in PrevHash.
+func Hash(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
 
 // Version is the schema version written into every event.
 const Version = 1
@@ -33,6 +42,10 @@ type Event struct {
 	TraceID      string    `json:"trace_id,omitempty"`
 	Node         string    `json:"node,omitempty"`
 	Actor        string    `json:"actor,omitempty"`
+	// PrevHash is Hash of the stored bytes of the session's previous event
+	// (empty on the first), so that altering or removing an event breaks
+	// the chain.
+	PrevHash string `json:"prev_hash,omitempty"`
 	// Data holds op-specific details: the create spec (secret values
 	// redacted), exec argv and byte counts, write sizes and digests.
 	Data json.RawMessage `json:"data,omitempty"`

@@ -86,25 +86,36 @@ func IsWrongLastSequence(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
-// Last returns the last event of a session and its stream sequence, or
-// (nil, 0, nil) when the session has no events.
-func (l *Log) Last(ctx context.Context, tenant, session string) (*Event, uint64, error) {
+// Tail is the last event of a session as stored.
+type Tail struct {
+	// Event is nil when the session has no events.
+	Event *Event
+	// StreamSeq is the event's sequence in the stream: the expected last
+	// sequence for the session's next append.
+	StreamSeq uint64
+	// Hash is Hash of the event's stored bytes: the next event's PrevHash.
+	Hash string
+}
+
+// Last returns the last event of a session; a session with no events gives
+// a zero Tail.
+func (l *Log) Last(ctx context.Context, tenant, session string) (Tail, error) {
 	s, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
-		return nil, 0, errcode.Wrap(errcode.Unavailable, err, "events stream")
+		return Tail{}, errcode.Wrap(errcode.Unavailable, err, "events stream")
 	}
 	msg, err := s.GetLastMsgForSubject(ctx, l.subjects.SessionFilter(tenant, session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, 0, nil
+		return Tail{}, nil
 	}
 	if err != nil {
-		return nil, 0, errcode.Wrap(errcode.Unavailable, err, "last event")
+		return Tail{}, errcode.Wrap(errcode.Unavailable, err, "last event")
 	}
 	var ev Event
 	if err := json.Unmarshal(msg.Data, &ev); err != nil {
-		return nil, 0, fmt.Errorf("decode event at stream seq %d: %w", msg.Sequence, err)
+		return Tail{}, fmt.Errorf("decode event at stream seq %d: %w", msg.Sequence, err)
 	}
-	return &ev, msg.Sequence, nil
+	return Tail{Event: &ev, StreamSeq: msg.Sequence, Hash: Hash(msg.Data)}, nil
 }
 
 // Msg is an event as read from the stream.

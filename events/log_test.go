@@ -83,11 +83,12 @@ func TestDuplicateEventID(t *testing.T) {
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("got %d events, %v; want 1", len(evs), err)
 	}
-	last, lastSeq, err := log.Last(ctx, "t", "s1")
+	tail, err := log.Last(ctx, "t", "s1")
+	last, lastSeq := tail.Event, tail.StreamSeq
 	if err != nil || last == nil || lastSeq != seq1 {
 		t.Fatalf("last = %v @%d, %v; want the event at %d", last, lastSeq, err, seq1)
 	}
-	if none, _, err := log.Last(ctx, "t", "nobody"); err != nil || none != nil {
+	if none, err := log.Last(ctx, "t", "nobody"); err != nil || none.Event != nil {
 		t.Fatalf("last of empty session = %v, %v; want nil, nil", none, err)
 	}
 }

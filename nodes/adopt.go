@@ -31,11 +31,11 @@ const (
 
 // judged is a found sandbox with what its session's events say about it.
 type judged struct {
-	verdict    verdict
-	why        string
-	state      projection.Session
-	evs        []events.Event
-	lastStream uint64
+	verdict verdict
+	why     string
+	state   projection.Session
+	evs     []events.Event
+	tail    events.Tail
 }
 
 // judge reads the session's events and decides whether this node owns a
@@ -59,11 +59,14 @@ func (a *Agent) judge(ctx context.Context, fd runtime.Found) judged {
 	case st.Status != projection.StatusRunning && st.Status != projection.StatusStopped:
 		return judged{verdict: orphan, why: fmt.Sprintf("the session is %s", st.Status), state: st, evs: evs}
 	}
-	_, lastStream, err := a.log.Last(ctx, fd.Tenant, fd.SessionID)
+	tail, err := a.log.Last(ctx, fd.Tenant, fd.SessionID)
 	if err != nil {
 		return judged{verdict: keep, why: fmt.Sprintf("events unreadable: %v", err)}
 	}
-	return judged{verdict: adopt, state: st, evs: evs, lastStream: lastStream}
+	if tail.Event == nil || tail.Event.Seq != st.LastSeq {
+		return judged{verdict: keep, why: "the session's events changed while they were read"}
+	}
+	return judged{verdict: adopt, state: st, evs: evs, tail: tail}
 }
 
 // eachUnheld calls fn for every sandbox that the agent's runtimes find
@@ -129,7 +132,7 @@ func (a *Agent) adoptOne(ctx context.Context, rtName string, fd runtime.Found, j
 	s := &session{
 		tenant: fd.Tenant, id: fd.SessionID, runtime: rtName, root: cs.WorkspaceRoot,
 		redact: newRedactor(secrets), status: j.state.Status, results: map[string]*cmdResult{},
-		seq: j.state.LastSeq, lastStreamSeq: j.lastStream, sb: fd.Sandbox,
+		seq: j.state.LastSeq, lastStreamSeq: j.tail.StreamSeq, lastHash: j.tail.Hash, sb: fd.Sandbox,
 	}
 	key := sessionKey(fd.Tenant, fd.SessionID)
 	a.mu.Lock()
@@ -214,11 +217,11 @@ func (a *Agent) closeDangling(ctx context.Context, fd runtime.Found, j judged) {
 	if j.state.Status != projection.StatusCreating || j.state.Node != a.cfg.ID || len(j.state.InFlight) == 0 {
 		return
 	}
-	_, lastStream, err := a.log.Last(ctx, fd.Tenant, fd.SessionID)
+	tail, err := a.log.Last(ctx, fd.Tenant, fd.SessionID)
 	if err != nil {
 		return
 	}
-	s := &session{tenant: fd.Tenant, id: fd.SessionID, seq: j.state.LastSeq, lastStreamSeq: lastStream}
+	s := &session{tenant: fd.Tenant, id: fd.SessionID, seq: j.state.LastSeq, lastStreamSeq: tail.StreamSeq, lastHash: tail.Hash}
 	if err := a.finishInFlight(ctx, s, j); err != nil {
 		a.logger.Warn("cannot record the end of an interrupted create", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +207,31 @@ func TestEndToEnd(t *testing.T) {
 	state, err := projection.Fold(evs)
 	if err != nil || state.Status != projection.StatusDeleted || len(state.InFlight) != 0 {
 		t.Fatalf("folded state = %s with %d in flight, err %v; want deleted, none in flight", state.Status, len(state.InFlight), err)
+	}
+	checkHashChain(t, st.Log, "default", id)
+}
+
+// checkHashChain reads a session's stored events and checks that each
+// carries the hash of the stored bytes of the one before it.
+func checkHashChain(t *testing.T, log *events.Log, tenant, session string) {
+	t.Helper()
+	prev, n := "", 0
+	err := log.Read(testenv.Context(t, 10*time.Second), events.ReadOptions{
+		Filters: []string{log.Subjects().SessionFilter(tenant, session)},
+	}, func(m events.Msg) error {
+		ev, err := m.Decode()
+		if err != nil {
+			return err
+		}
+		if ev.PrevHash != prev {
+			return fmt.Errorf("seq %d has prev_hash %q, want %q", ev.Seq, ev.PrevHash, prev)
+		}
+		prev = events.Hash(m.Data)
+		n++
+		return nil
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("hash chain of %d events: %v", n, err)
 	}
 }
 

@@ -31,10 +31,12 @@ type session struct {
 
 	sub *nats.Subscription // set once, before the session is served
 
-	// appendMu serialises event appends; it guards seq and lastStreamSeq.
+	// appendMu serialises event appends; it guards seq, lastStreamSeq and
+	// lastHash.
 	appendMu      sync.Mutex
 	seq           uint64
 	lastStreamSeq uint64
+	lastHash      string // events.Hash of the last event's stored bytes
 
 	mu      sync.Mutex // guards the fields below
 	sb      runtime.Sandbox
@@ -148,6 +150,7 @@ func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) e
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
 	ev.Seq = s.seq + 1
+	ev.PrevHash = s.lastHash
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
@@ -171,6 +174,7 @@ func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) e
 	}
 	s.seq = ev.Seq
 	s.lastStreamSeq = seq
+	s.lastHash = events.Hash(data)
 	return nil
 }
 
