@@ -88,7 +88,8 @@ type ExecSpec struct {
 	User string
 	// Timeout bounds the command; zero means no bound beyond ctx.
 	Timeout time.Duration
-	// MaxOutput caps the bytes kept of stdout and of stderr each.
+	// MaxOutput caps the bytes kept of stdout and of stderr each (0 or
+	// less: commands.MaxOutputBytes).
 	MaxOutput int
 }
 

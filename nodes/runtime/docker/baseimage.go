@@ -1,0 +1,138 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+)
+
+// BaseImage is the tag of the sandbox base image that `engine image
+// build-base` and the tests build, and the default image of a create.
+const BaseImage = "paddock/sandbox-base:test"
+
+// DefaultBusybox is where Debian's busybox-static package installs its
+// binary.
+const DefaultBusybox = "/bin/busybox"
+
+// BuildBaseImage imports a minimal sandbox image under tag, made FROM
+// scratch out of a static busybox binary (sh, tar, ls, cat, ... as applet
+// links in /bin), with root and nobody (65534) users and /workspace owned
+// by nobody. No registry is needed. busybox must be statically linked.
+func BuildBaseImage(ctx context.Context, cli *client.Client, tag, busybox string) error {
+	bin, err := os.ReadFile(busybox)
+	if err != nil {
+		return fmt.Errorf("base image: %w (on Debian: apt-get install busybox-static)", err)
+	}
+	if err := checkStatic(busybox); err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, busybox, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("base image: %s --list: %w", busybox, err)
+	}
+	rootfs, err := baseRootfs(bin, strings.Fields(string(out)))
+	if err != nil {
+		return err
+	}
+	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: bytes.NewReader(rootfs), SourceName: "-"}, tag,
+		image.ImportOptions{Changes: []string{"ENV PATH=/bin", "WORKDIR /workspace"}, Message: "paddock sandbox base (busybox-static)"})
+	if err != nil {
+		return fmt.Errorf("base image: import: %w", err)
+	}
+	defer rc.Close()
+	dec := json.NewDecoder(rc)
+	for {
+		var msg struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("base image: import: %w", err)
+		}
+		if msg.Error != "" {
+			return fmt.Errorf("base image: import: %s", msg.Error)
+		}
+	}
+}
+
+// checkStatic refuses a dynamically linked binary: FROM scratch has no
+// loader or libc.
+func checkStatic(p string) error {
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("base image: %s is not an ELF binary: %w", p, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("base image: %s is dynamically linked; install Debian's busybox-static", p)
+		}
+	}
+	return nil
+}
+
+// baseRootfs returns the image's file system as a tar.
+func baseRootfs(busybox []byte, applets []string) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	add := func(h *tar.Header, data []byte) error {
+		h.ModTime = now
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		_, err := tw.Write(data)
+		return err
+	}
+	dir := func(name string, mode int64, id int) *tar.Header {
+		return &tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: mode, Uid: id, Gid: id}
+	}
+	file := func(name string, mode int64, data []byte) *tar.Header {
+		return &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data))}
+	}
+	passwd := []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/workspace:/bin/sh\n")
+	group := []byte("root:x:0:\nnogroup:x:65534:\n")
+	entries := []struct {
+		h    *tar.Header
+		data []byte
+	}{
+		{dir("bin/", 0o755, 0), nil},
+		{file("bin/busybox", 0o755, busybox), busybox},
+		{dir("etc/", 0o755, 0), nil},
+		{file("etc/passwd", 0o644, passwd), passwd},
+		{file("etc/group", 0o644, group), group},
+		{dir("root/", 0o700, 0), nil},
+		{dir("tmp/", 0o1777, 0), nil},
+		{dir("workspace/", 0o755, 65534), nil},
+	}
+	for _, e := range entries {
+		if err := add(e.h, e.data); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range applets {
+		if a == "busybox" || strings.ContainsAny(a, "/ ") {
+			continue
+		}
+		if err := add(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox", Mode: 0o777}, nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

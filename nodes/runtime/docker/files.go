@@ -1,0 +1,363 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+)
+
+// maxLinkHops bounds symlink resolution, as the kernel's ELOOP does.
+const maxLinkHops = 40
+
+// resolved is a workspace path resolved inside the container.
+type resolved struct {
+	rel string // the path relative to the workspace root, clean
+	// abs is the container path of the deepest existing component, with
+	// every symlink resolved; it lies inside the workspace root. When
+	// missing is empty it is the whole path.
+	abs string
+	// stat is abs's stat (symlinks followed); final is the last component's
+	// own stat (a symlink stays a symlink). Both are set when missing is
+	// empty.
+	stat, final container.PathStat
+	// missing holds the components below abs that do not exist.
+	missing string
+}
+
+// resolve confines p to the workspace: lexically first, then component by
+// component inside the container, following a symlink only when its target
+// lies inside the workspace root.
+func (s *Sandbox) resolve(ctx context.Context, p string) (resolved, error) {
+	rel, err := runtime.Rel(s.root, p)
+	if err != nil {
+		return resolved{}, err
+	}
+	if err := s.checkNotGone("file operation"); err != nil {
+		return resolved{}, err
+	}
+	r := resolved{rel: rel, abs: s.root}
+	st, err := s.stat(ctx, s.root)
+	if err != nil {
+		return resolved{}, err
+	}
+	r.stat, r.final = st, st
+	if rel == "." {
+		return r, nil
+	}
+	comps := strings.Split(rel, "/")
+	hops := 0
+	for i, c := range comps {
+		if !r.stat.Mode.IsDir() {
+			return resolved{}, errcode.New(errcode.InvalidRequest, "a parent of %s is not a directory", rel)
+		}
+		cand := path.Join(r.abs, c)
+		st, err := s.stat(ctx, cand)
+		if errcode.Of(err) == errcode.NotFound {
+			r.missing = strings.Join(comps[i:], "/")
+			return r, nil
+		}
+		if err != nil {
+			return resolved{}, err
+		}
+		final := st
+		for st.Mode&fs.ModeSymlink != 0 {
+			if hops++; hops > maxLinkHops {
+				return resolved{}, errcode.New(errcode.InvalidPath, "%s: too many levels of symbolic links", rel)
+			}
+			// The daemon reports the link's target fully resolved inside
+			// the container's root file system.
+			target := path.Clean("/" + st.LinkTarget)
+			if !within(target, s.root) {
+				return resolved{}, errcode.New(errcode.InvalidPath, "%s leads outside the workspace through a symbolic link", rel)
+			}
+			cand = target
+			st, err = s.stat(ctx, cand)
+			if errcode.Of(err) == errcode.NotFound {
+				return resolved{}, errcode.New(errcode.NotFound, "%s: the symbolic link %s is dangling", rel, c)
+			}
+			if err != nil {
+				return resolved{}, err
+			}
+		}
+		r.abs, r.stat, r.final = cand, st, final
+	}
+	return r, nil
+}
+
+// within reports whether p is root or lies below it.
+func within(p, root string) bool {
+	return p == root || strings.HasPrefix(p, root+"/")
+}
+
+// stat is ContainerStatPath with errors mapped.
+func (s *Sandbox) stat(ctx context.Context, abs string) (container.PathStat, error) {
+	st, err := s.r.cli.ContainerStatPath(ctx, s.id, abs)
+	if err == nil {
+		return st, nil
+	}
+	if errdefs.IsNotFound(err) {
+		if s.containerGone(ctx) {
+			return st, errcode.New(errcode.InvalidState, "the sandbox's container is gone")
+		}
+		return st, errcode.New(errcode.NotFound, "%s does not exist", abs)
+	}
+	return st, s.r.wrap(err, "stat "+abs)
+}
+
+func (s *Sandbox) containerGone(ctx context.Context) bool {
+	_, err := s.r.cli.ContainerInspect(ctx, s.id)
+	return errdefs.IsNotFound(err)
+}
+
+// ReadFile returns a regular file's content and permission bits; a file
+// over limit is payload_too_large.
+func (s *Sandbox) ReadFile(ctx context.Context, p string, limit int64) ([]byte, fs.FileMode, error) {
+	r, err := s.resolve(ctx, p)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch {
+	case r.missing != "":
+		return nil, 0, errcode.New(errcode.NotFound, "read: %s does not exist", r.rel)
+	case r.stat.Mode.IsDir():
+		return nil, 0, errcode.New(errcode.InvalidRequest, "read: %s is a directory", r.rel)
+	case !r.stat.Mode.IsRegular():
+		return nil, 0, errcode.New(errcode.InvalidRequest, "read: %s is not a regular file", r.rel)
+	case r.stat.Size > limit:
+		return nil, 0, errcode.New(errcode.PayloadTooLarge, "read: %s has %d bytes, over the limit of %d", r.rel, r.stat.Size, limit)
+	}
+	rc, _, err := s.r.cli.CopyFromContainer(ctx, s.id, r.abs)
+	if err != nil {
+		return nil, 0, s.r.wrap(err, "read "+r.rel)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	hdr, err := tr.Next()
+	if err != nil {
+		return nil, 0, s.r.wrap(err, "read "+r.rel)
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		return nil, 0, errcode.New(errcode.InvalidRequest, "read: %s changed into something other than a file", r.rel)
+	}
+	data, err := io.ReadAll(io.LimitReader(tr, limit+1))
+	if err != nil {
+		return nil, 0, s.r.wrap(err, "read "+r.rel)
+	}
+	if int64(len(data)) > limit {
+		return nil, 0, errcode.New(errcode.PayloadTooLarge, "read: %s grew over the limit of %d bytes", r.rel, limit)
+	}
+	return data, hdr.FileInfo().Mode().Perm(), nil
+}
+
+// WriteFile replaces a file's content, creating missing parent
+// directories; the file and the directories belong to the sandbox user.
+// An existing directory is invalid_request, the workspace root invalid_path.
+func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	r, err := s.resolve(ctx, p)
+	if err != nil {
+		return err
+	}
+	if r.rel == "." {
+		return errcode.New(errcode.InvalidPath, "write: the workspace root is not a file")
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	dst, name := r.abs, r.missing
+	if r.missing == "" {
+		if r.stat.Mode.IsDir() {
+			return errcode.New(errcode.InvalidRequest, "write: %s is a directory", r.rel)
+		}
+		dst, name = path.Dir(r.abs), path.Base(r.abs)
+	} else if !r.stat.Mode.IsDir() {
+		return errcode.New(errcode.InvalidRequest, "write: a parent of %s is not a directory", r.rel)
+	}
+	return s.copyIn(ctx, "write "+r.rel, dst, name, data, mode)
+}
+
+// Mkdir makes a directory (mode 0755, owned by the sandbox user); with
+// parents it makes missing parents and accepts an existing directory.
+func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
+	r, err := s.resolve(ctx, p)
+	if err != nil {
+		return err
+	}
+	switch {
+	case r.missing == "" && parents && r.stat.Mode.IsDir():
+		return nil
+	case r.missing == "":
+		return errcode.New(errcode.AlreadyExists, "mkdir: %s already exists", r.rel)
+	case !r.stat.Mode.IsDir():
+		return errcode.New(errcode.InvalidRequest, "mkdir: a parent of %s is not a directory", r.rel)
+	case !parents && strings.Contains(r.missing, "/"):
+		return errcode.New(errcode.NotFound, "mkdir: the parent of %s does not exist", r.rel)
+	}
+	return s.copyIn(ctx, "mkdir "+r.rel, r.abs, r.missing+"/", nil, 0)
+}
+
+// copyIn extracts into dir (an existing directory, symlinks resolved) the
+// entry name: a directory when name ends in "/", else a file with data.
+// Missing directories on the way are made first. Everything belongs to
+// the sandbox user.
+func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data []byte, mode fs.FileMode) error {
+	o, err := s.owner(ctx)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	comps := strings.Split(strings.TrimSuffix(name, "/"), "/")
+	for i := range comps {
+		isLast := i == len(comps)-1
+		hdr := &tar.Header{
+			Name: strings.Join(comps[:i+1], "/"), Uid: o.uid, Gid: o.gid, ModTime: now,
+			Typeflag: tar.TypeDir, Mode: 0o755,
+		}
+		if isLast && !strings.HasSuffix(name, "/") {
+			hdr.Typeflag, hdr.Mode, hdr.Size = tar.TypeReg, int64(mode.Perm()), int64(len(data))
+		} else {
+			hdr.Name += "/"
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(data); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	// Without CopyUIDGID the daemon keeps the archive's owners (with it, it
+	// would chown to the container's user as the host's passwd names it).
+	err = s.r.cli.CopyToContainer(ctx, s.id, dir, &buf, container.CopyToContainerOptions{})
+	if err != nil {
+		return s.r.wrap(err, what)
+	}
+	return nil
+}
+
+// List returns a directory's entries sorted by name, or a file's (or
+// symlink's) own entry. It reads the directory's archive and keeps the
+// first level.
+func (s *Sandbox) List(ctx context.Context, p string) ([]commands.Entry, error) {
+	r, err := s.resolve(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if r.missing != "" {
+		return nil, errcode.New(errcode.NotFound, "ls: %s does not exist", r.rel)
+	}
+	if !r.stat.Mode.IsDir() {
+		f := r.final
+		return []commands.Entry{{
+			Name: path.Base(r.rel), Type: entryType(f.Mode), Size: f.Size,
+			Mode: uint32(f.Mode.Perm()), ModTime: f.Mtime.UTC(),
+		}}, nil
+	}
+	rc, _, err := s.r.cli.CopyFromContainer(ctx, s.id, r.abs)
+	if err != nil {
+		return nil, s.r.wrap(err, "ls "+r.rel)
+	}
+	defer rc.Close()
+	out := []commands.Entry{}
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, s.r.wrap(err, "ls "+r.rel)
+		}
+		// Members are <dir>/<child>[/...]: keep the first level.
+		_, child, _ := strings.Cut(strings.TrimSuffix(hdr.Name, "/"), "/")
+		if child == "" || strings.Contains(child, "/") {
+			continue
+		}
+		fi := hdr.FileInfo()
+		out = append(out, commands.Entry{
+			Name: child, Type: entryType(fi.Mode()), Size: hdr.Size,
+			Mode: uint32(fi.Mode().Perm()), ModTime: hdr.ModTime.UTC(),
+		})
+	}
+	slices.SortFunc(out, func(a, b commands.Entry) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func entryType(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "file"
+	case m.IsDir():
+		return "dir"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	}
+	return "other"
+}
+
+// Remove removes a file, symlink or empty directory, or a whole tree when
+// recursive, by running rm in the container as the sandbox user: it needs
+// the sandbox running. The final component is not followed: a symlink is
+// removed, not its target.
+func (s *Sandbox) Remove(ctx context.Context, p string, recursive bool) error {
+	rel, err := runtime.Rel(s.root, p)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		return errcode.New(errcode.InvalidPath, "rm: the workspace root cannot be removed")
+	}
+	parent, err := s.resolve(ctx, path.Dir(rel))
+	if err != nil {
+		return err
+	}
+	if parent.missing != "" {
+		return errcode.New(errcode.NotFound, "rm: %s does not exist", rel)
+	}
+	if !parent.stat.Mode.IsDir() {
+		return errcode.New(errcode.InvalidRequest, "rm: a parent of %s is not a directory", rel)
+	}
+	target := path.Join(parent.abs, path.Base(rel))
+	st, err := s.stat(ctx, target)
+	if err != nil {
+		return err
+	}
+	argv := []string{"rm", "-f", "--", target}
+	switch {
+	case recursive:
+		argv = []string{"rm", "-rf", "--", target}
+	case st.Mode.IsDir():
+		argv = []string{"rmdir", "--", target}
+	}
+	res, err := s.Exec(ctx, runtime.ExecSpec{Argv: argv, Timeout: 5 * time.Minute, MaxOutput: 4 << 10})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		msg := strings.TrimSpace(string(res.Stderr))
+		if st.Mode.IsDir() && !recursive {
+			return errcode.New(errcode.InvalidRequest, "rm: directory %s is not empty; use recursive", rel)
+		}
+		return errcode.New(errcode.RuntimeError, "rm %s failed (exit %d): %s", rel, res.ExitCode, msg)
+	}
+	return nil
+}

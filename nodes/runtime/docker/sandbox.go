@@ -1,0 +1,241 @@
+package docker
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// Sandbox is one container. Its methods are safe for concurrent use.
+type Sandbox struct {
+	r    *Runtime
+	id   string
+	name string
+	root string // workspace root inside the container
+	user string // the container's user, as Docker was given it
+
+	mu       sync.Mutex // guards the fields below
+	gone     bool       // Shutdown ran
+	ids      *owner     // the user's numeric ids, resolved once
+	idsError error
+}
+
+// owner is a numeric uid and gid.
+type owner struct{ uid, gid int }
+
+// ID returns the container's id.
+func (s *Sandbox) ID() string { return s.id }
+
+// Name returns the container's name.
+func (s *Sandbox) Name() string { return s.name }
+
+func (s *Sandbox) checkNotGone(op string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return errcode.New(errcode.InvalidState, "%s: sandbox is shut down", op)
+	}
+	return nil
+}
+
+// Start starts a stopped container; a running one is left alone.
+func (s *Sandbox) Start(ctx context.Context) error {
+	if err := s.checkNotGone("start"); err != nil {
+		return err
+	}
+	if err := s.r.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
+		if errdefs.IsNotFound(err) {
+			return errcode.New(errcode.InvalidState, "start: the container is gone")
+		}
+		return s.r.wrap(err, "start container")
+	}
+	return nil
+}
+
+// Stop stops the container (SIGTERM, then SIGKILL after StopTimeout) and
+// keeps it, workspace included.
+func (s *Sandbox) Stop(ctx context.Context) error {
+	if err := s.checkNotGone("stop"); err != nil {
+		return err
+	}
+	secs := int(s.r.cfg.StopTimeout / time.Second)
+	if err := s.r.cli.ContainerStop(ctx, s.id, container.StopOptions{Timeout: &secs}); err != nil {
+		return s.r.wrap(err, "stop container")
+	}
+	return nil
+}
+
+// Shutdown removes the container and its anonymous volumes. It is
+// idempotent.
+func (s *Sandbox) Shutdown(ctx context.Context) error {
+	err := s.r.cli.ContainerRemove(ctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return s.r.wrap(err, "remove container")
+	}
+	s.mu.Lock()
+	s.gone = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Running reports whether the container runs; a removed one does not.
+func (s *Sandbox) Running(ctx context.Context) (bool, error) {
+	c, err := s.r.cli.ContainerInspect(ctx, s.id)
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.r.wrap(err, "inspect container")
+	}
+	return c.State != nil && c.State.Running && !c.State.Paused, nil
+}
+
+// owner returns the numeric ids of the sandbox's user, reading the
+// container's /etc/passwd and /etc/group for names.
+func (s *Sandbox) owner(ctx context.Context) (owner, error) {
+	s.mu.Lock()
+	if s.ids != nil || s.idsError != nil {
+		defer s.mu.Unlock()
+		if s.ids == nil {
+			return owner{}, s.idsError
+		}
+		return *s.ids, nil
+	}
+	s.mu.Unlock()
+	o, err := s.resolveUser(ctx, s.user)
+	if err != nil && errcode.Of(err) == errcode.RuntimeError {
+		return owner{}, err // passing: try again next time
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.idsError = err
+		return owner{}, err
+	}
+	s.ids = &o
+	return o, nil
+}
+
+// resolveUser maps "uid", "uid:gid", "name" or "name:group" to numeric ids
+// the way Docker does (a uid without a group gets its passwd group, else 0).
+func (s *Sandbox) resolveUser(ctx context.Context, user string) (owner, error) {
+	u, g, hasGroup := strings.Cut(user, ":")
+	if u == "" {
+		u = "0"
+	}
+	uid, uerr := strconv.Atoi(u)
+	gid, gerr := strconv.Atoi(g)
+	if uerr == nil && hasGroup && gerr == nil {
+		return owner{uid, gid}, nil
+	}
+	passwd, err := s.readSmall(ctx, "/etc/passwd")
+	if err != nil && (uerr != nil || (hasGroup && gerr != nil)) {
+		return owner{}, errcode.Wrap(errcode.InvalidRequest, err, "user "+user+": the image has no readable /etc/passwd")
+	}
+	found := false
+	for _, f := range colonRecords(passwd, 4) {
+		if f[0] == u || (uerr == nil && f[2] == u) {
+			uid, _ = strconv.Atoi(f[2])
+			pg, _ := strconv.Atoi(f[3])
+			if !hasGroup {
+				gid = pg
+			}
+			found = true
+			break
+		}
+	}
+	if !found {
+		if uerr != nil {
+			return owner{}, errcode.New(errcode.InvalidRequest, "user %q is not in the image's /etc/passwd", u)
+		}
+		if !hasGroup {
+			gid = 0
+		}
+	}
+	if hasGroup && gerr != nil {
+		group, err := s.readSmall(ctx, "/etc/group")
+		if err != nil {
+			return owner{}, errcode.Wrap(errcode.InvalidRequest, err, "group "+g+": the image has no readable /etc/group")
+		}
+		ok := false
+		for _, f := range colonRecords(group, 3) {
+			if f[0] == g {
+				gid, _ = strconv.Atoi(f[2])
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return owner{}, errcode.New(errcode.InvalidRequest, "group %q is not in the image's /etc/group", g)
+		}
+	}
+	return owner{uid, gid}, nil
+}
+
+// colonRecords splits /etc/passwd-style content into records with at least
+// n fields.
+func colonRecords(b []byte, n int) [][]string {
+	var out [][]string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if f := strings.Split(sc.Text(), ":"); len(f) >= n {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// readSmall reads a small file of the container by its absolute path,
+// without the workspace checks (for the image's own files).
+func (s *Sandbox) readSmall(ctx context.Context, abs string) ([]byte, error) {
+	rc, _, err := s.r.cli.CopyFromContainer(ctx, s.id, abs)
+	if err != nil {
+		return nil, s.r.wrap(err, "read "+abs)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	hdr, err := tr.Next()
+	if err != nil {
+		return nil, s.r.wrap(err, "read "+abs)
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		return nil, errcode.New(errcode.InvalidRequest, "%s is not a regular file", abs)
+	}
+	return io.ReadAll(io.LimitReader(tr, 1<<20))
+}
+
+// prepare makes the workspace root a directory owned by the sandbox's user
+// before the container starts (the user may not be root, and even root has
+// no capabilities inside).
+func (r *Runtime) prepare(ctx context.Context, sb *Sandbox) error {
+	o, err := sb.owner(ctx)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{
+		Typeflag: tar.TypeDir, Name: strings.TrimPrefix(sb.root, "/") + "/", Mode: 0o755,
+		Uid: o.uid, Gid: o.gid, ModTime: time.Now(),
+	}); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := r.cli.CopyToContainer(ctx, sb.id, "/", &buf, container.CopyToContainerOptions{}); err != nil {
+		return r.wrap(err, "make workspace root "+sb.root)
+	}
+	return nil
+}
