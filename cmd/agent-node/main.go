@@ -2,7 +2,12 @@
 // the deployment's NATS, registers, and executes the commands of the
 // sessions placed on it against the host's runtime.
 //
-//	agent-node --nats-url nats://engine-host:4222 [--id NAME] [--runtime auto|local]
+//	agent-node --nats-url nats://engine-host:4222 [--id NAME] [--runtime auto|docker|local]
+//
+// --runtime auto (the default) uses Docker when its daemon answers, else the
+// local runtime. On start the agent reattaches the Docker sandboxes of its
+// sessions (the id must be the same as before the restart) and reaps
+// labelled containers no session owns after --reap-grace.
 //
 // SIGTERM or SIGINT drains it: it stops taking commands and waits up to
 // --drain-timeout for in-flight ones before it exits.
@@ -27,10 +32,10 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
+	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime"
-	"github.com/paddock-dev/paddock/nodes/runtime/local"
 )
 
 func main() {
@@ -52,6 +57,7 @@ type config struct {
 	capacity     int
 	capture      int
 	drainTimeout time.Duration
+	reapGrace    time.Duration
 	labels       string
 }
 
@@ -62,12 +68,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	host, _ := os.Hostname()
 	fs.StringVar(&cfg.natsURL, "nats-url", envOr("PADDOCK_URL", "nats://127.0.0.1:4222"), "NATS URL of the deployment (env PADDOCK_URL)")
 	fs.StringVar(&cfg.id, "id", strings.NewReplacer(".", "-", " ", "-").Replace(host), "node id (a subject token)")
-	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime: auto or local")
+	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime: "+runtimes.Modes+" (auto: Docker when its daemon answers)")
 	fs.StringVar(&cfg.dir, "dir", filepath.Join(os.TempDir(), "paddock-node"), "directory for local sandboxes")
 	fs.IntVar(&cfg.capacity, "capacity", 1000, "most sessions this node holds")
 	fs.IntVar(&cfg.capture, "capture-output", 0, "capture up to N bytes of exec stdout/stderr in events (0: byte counts only)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for in-flight commands")
 	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
+	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,16 +91,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			labels[k] = v
 		}
 	}
-	var rts []runtime.Runtime
-	switch cfg.runtime {
-	case "auto", "local":
-		rt, err := local.New(local.Config{Dir: cfg.dir})
-		if err != nil {
-			return err
-		}
-		rts = append(rts, rt)
-	default:
-		return fmt.Errorf("--runtime %q is not one of auto, local", cfg.runtime)
+	if err := runtimes.Check(cfg.runtime); err != nil {
+		return err
+	}
+	if cfg.reapGrace <= 0 {
+		return fmt.Errorf("--reap-grace must be positive")
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
@@ -107,13 +109,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			lc.Append(fx.StopHook(nc.Close))
 			return nc, nil
 		}),
-		fx.Invoke(func(lc fx.Lifecycle, nc *nats.Conn) error {
+		fx.Provide(func(lc fx.Lifecycle) ([]runtime.Runtime, error) {
+			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.id, LocalDir: cfg.dir}, logger)
+			if err != nil {
+				return nil, err
+			}
+			lc.Append(fx.StopHook(closeRuntimes))
+			return rts, nil
+		}),
+		fx.Invoke(func(lc fx.Lifecycle, nc *nats.Conn, rts []runtime.Runtime) error {
 			js, err := jetstream.New(nc)
 			if err != nil {
 				return err
 			}
 			agent, err := nodes.New(nc, events.NewLog(js, "", ""), nodes.Config{
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
+				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
 			}, logger, rts...)
 			if err != nil {
 				return err

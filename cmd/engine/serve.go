@@ -16,10 +16,9 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"github.com/paddock-dev/paddock/broker"
+	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
-	"github.com/paddock-dev/paddock/nodes/runtime"
-	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/scheduler"
 )
@@ -32,6 +31,7 @@ type serveConfig struct {
 	natsURL     string
 	noLocalNode bool
 	nodeID      string
+	runtime     string
 	capture     int
 	replicas    int
 	maxAge      time.Duration
@@ -58,6 +58,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.natsURL, "nats-url", "", "use this NATS server instead of embedding one")
 	fs.BoolVar(&cfg.noLocalNode, "no-local-node", false, "do not run a node agent in this process")
 	fs.StringVar(&cfg.nodeID, "node-id", hostNodeID(), "id of the in-process node")
+	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime of the in-process node: "+runtimes.Modes+" (auto: Docker when its daemon answers)")
 	fs.IntVar(&cfg.capture, "capture-output", 0, "capture up to N bytes of exec stdout/stderr in events (0: byte counts only)")
 	fs.IntVar(&cfg.replicas, "replicas", 1, "replicas of the events stream and buckets (use 3 on a cluster)")
 	fs.DurationVar(&cfg.maxAge, "events-max-age", 0, "drop events older than this (0: keep forever)")
@@ -71,6 +72,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		if maxBytes, err = parseSize(cfg.maxBytes); err != nil {
 			return err
 		}
+	}
+	if err := runtimes.Check(cfg.runtime); err != nil {
+		return usageErr("%v", err)
 	}
 	brokerCfg, err := cfg.brokerConfig()
 	if err != nil {
@@ -104,11 +108,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			if cfg.noLocalNode {
 				return nil
 			}
-			rt, err := local.New(local.Config{Dir: filepath.Join(cfg.stateDir, "sandboxes")})
+			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: filepath.Join(cfg.stateDir, "sandboxes")}, logger)
 			if err != nil {
 				return err
 			}
-			agent, err := nodes.New(nc, log, nodes.Config{ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}}, logger, []runtime.Runtime{rt}...)
+			lc.Append(fx.StopHook(closeRuntimes))
+			agent, err := nodes.New(nc, log, nodes.Config{ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}}, logger, rts...)
 			if err != nil {
 				return err
 			}
