@@ -60,6 +60,9 @@ func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
 	if root == "" {
 		root = runtime.DefaultWorkspaceRoot
 	}
+	if rtName == "docker" && spec.Image == "" {
+		spec.Image = commands.DefaultImage // recorded as the image the session runs
+	}
 	s := &session{
 		tenant: p.Tenant, id: p.SessionID, runtime: rtName, root: root,
 		redact: newRedactor(spec.SecretEnv), status: projection.StatusCreating,

@@ -34,6 +34,7 @@ Usage:
   engine sandbox running ID
   engine sandbox start|stop|shutdown|delete ID
   engine events tail [--session ID] [--op OP] [--no-follow] [--json]
+  engine image build-base [--tag T]            build the sandbox base image (needs busybox-static)
 
 Global flags (before the command, or among a command's flags; not for serve):
   --server URL    NATS URL (env PADDOCK_URL, default nats://127.0.0.1:4222)
@@ -80,6 +81,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = sandbox(ctx, base, args[1:], stdin, stdout, stderr)
 	case "events":
 		err = eventsCmd(ctx, base, args[1:], stdout, stderr)
+	case "image":
+		err = imageCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/testenv"
@@ -213,7 +215,7 @@ func startServe(t *testing.T, args ...string) *syncBuffer {
 // is a whole system, and its state survives a restart on the same dir.
 func TestServeEmbedded(t *testing.T) {
 	dir := t.TempDir()
-	logs := startServe(t, "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1")
+	logs := startServe(t, "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local")
 	m := regexp.MustCompile(`paddock engine ready" nats=(\S+)`).FindStringSubmatch(logs.String())
 	if m == nil {
 		t.Fatalf("no listener URL in the log:\n%s", logs.String())
@@ -225,8 +227,27 @@ func TestServeEmbedded(t *testing.T) {
 // separately started nats-server process.
 func TestServeExternalNATS(t *testing.T) {
 	url := testenv.StartNATSProcess(t)
-	startServe(t, "--nats-url", url, "--state-dir", t.TempDir(), "--node-id", "n1")
+	startServe(t, "--nats-url", url, "--state-dir", t.TempDir(), "--node-id", "n1", "--runtime", "local")
 	tour(t, url)
+}
+
+// TestServeDocker: on a host with Docker, `engine serve` with its default
+// --runtime auto runs sessions in containers of the base image, and the
+// whole tour works the same.
+func TestServeDocker(t *testing.T) {
+	testenv.SandboxBaseImage(t)
+	cli := testenv.DockerClient(t)
+	node := "serve-" + uuid.NewString()[:8]
+	t.Cleanup(func() { testenv.RemoveContainers(t, cli, "paddock.node="+node) })
+	logs := startServe(t, "--state-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--node-id", node)
+	if !strings.Contains(logs.String(), "runtimes=[docker]") {
+		t.Fatalf("serve did not pick Docker:\n%s", logs.String())
+	}
+	m := regexp.MustCompile(`paddock engine ready" nats=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no listener URL in the log:\n%s", logs.String())
+	}
+	tour(t, m[1])
 }
 
 func TestServeBadFlags(t *testing.T) {
