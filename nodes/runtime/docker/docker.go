@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -103,6 +104,12 @@ type Runtime struct {
 	cli        *client.Client
 	ownsClient bool
 	cfg        Config
+
+	mu sync.Mutex // guards rootReady
+	// rootReady remembers, per image id, workspace root and owner, whether
+	// the image already holds the root as a directory of that owner, so
+	// that only the first create of a kind pays for checking it.
+	rootReady map[string]bool
 }
 
 // New returns a Docker runtime. It does not contact the engine; Ping does.
@@ -110,7 +117,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.DefaultPidsLimit < 0 || cfg.DefaultMemoryBytes < 0 || cfg.DefaultCPUs < 0 || cfg.PullTimeout < 0 || cfg.StopTimeout < 0 {
 		return nil, errors.New("docker: negative limit or timeout in config")
 	}
-	r := &Runtime{cli: cfg.Client, cfg: cfg.withDefaults()}
+	r := &Runtime{cli: cfg.Client, cfg: cfg.withDefaults(), rootReady: map[string]bool{}}
 	if r.cli == nil {
 		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 		if err != nil {
@@ -165,7 +172,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	if err := r.ensureImage(ctx, spec.Image); err != nil {
+	imageID, err := r.ensureImage(ctx, spec.Image)
+	if err != nil {
 		return nil, err
 	}
 	name := ContainerName(spec.Tenant, spec.SessionID)
@@ -178,13 +186,17 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		return nil, r.wrap(err, "create container")
 	}
 	sb := &Sandbox{r: r, id: resp.ID, name: name, root: opts.root, user: opts.config.User}
-	if err := r.prepare(ctx, sb); err != nil {
+	if _, err := sb.owner(ctx); err != nil {
 		r.removeFailed(name, spec)
 		return nil, err
 	}
 	if err := r.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		r.removeFailed(name, spec)
 		return nil, r.wrap(err, "start container")
+	}
+	if err := r.prepare(ctx, sb, imageID); err != nil {
+		r.removeFailed(name, spec)
+		return nil, err
 	}
 	return sb, nil
 }
@@ -273,21 +285,25 @@ func (r *Runtime) options(spec runtime.Spec) (created, error) {
 }
 
 // ensureImage makes sure the image is on the engine, pulling it within
-// PullTimeout if a registry is reachable.
-func (r *Runtime) ensureImage(ctx context.Context, ref string) error {
-	_, err := r.cli.ImageInspect(ctx, ref)
+// PullTimeout if a registry is reachable, and returns its id.
+func (r *Runtime) ensureImage(ctx context.Context, ref string) (string, error) {
+	img, err := r.cli.ImageInspect(ctx, ref)
 	if err == nil {
-		return nil
+		return img.ID, nil
 	}
 	if !errdefs.IsNotFound(err) {
-		return r.wrap(err, "inspect image "+ref)
+		return "", r.wrap(err, "inspect image "+ref)
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PullTimeout)
 	defer cancel()
 	if perr := r.pull(pctx, ref); perr != nil {
-		return errcode.New(errcode.ImageNotFound, "image %s is not on the node and cannot be pulled: %v", ref, perr)
+		return "", errcode.New(errcode.ImageNotFound, "image %s is not on the node and cannot be pulled: %v", ref, perr)
 	}
-	return nil
+	img, err = r.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		return "", r.wrap(err, "inspect pulled image "+ref)
+	}
+	return img.ID, nil
 }
 
 func (r *Runtime) pull(ctx context.Context, ref string) error {

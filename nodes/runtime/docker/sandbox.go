@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/errdefs"
 
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
 )
 
 // Sandbox is one container. Its methods are safe for concurrent use.
@@ -215,13 +216,32 @@ func (s *Sandbox) readSmall(ctx context.Context, abs string) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(tr, 1<<20))
 }
 
-// prepare makes the workspace root a directory owned by the sandbox's user
-// before the container starts (the user may not be root, and even root has
-// no capabilities inside).
-func (r *Runtime) prepare(ctx context.Context, sb *Sandbox) error {
+// prepare makes the workspace root of a started container a directory
+// owned by the sandbox's user (the user may not be root, and even root has
+// no capabilities inside to chown). Copying into a container costs tens of
+// milliseconds, so the first create of each image, root and owner checks
+// whether the image already has it right, and later ones skip the copy
+// when it has.
+func (r *Runtime) prepare(ctx context.Context, sb *Sandbox, imageID string) error {
 	o, err := sb.owner(ctx)
 	if err != nil {
 		return err
+	}
+	key := imageID + "\x00" + sb.root + "\x00" + strconv.Itoa(o.uid) + ":" + strconv.Itoa(o.gid)
+	r.mu.Lock()
+	ready, known := r.rootReady[key]
+	r.mu.Unlock()
+	if ready {
+		return nil
+	}
+	if !known {
+		ready = sb.rootOwnedBy(ctx, o)
+		r.mu.Lock()
+		r.rootReady[key] = ready
+		r.mu.Unlock()
+		if ready {
+			return nil
+		}
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -238,4 +258,14 @@ func (r *Runtime) prepare(ctx context.Context, sb *Sandbox) error {
 		return r.wrap(err, "make workspace root "+sb.root)
 	}
 	return nil
+}
+
+// rootOwnedBy reports whether the workspace root is a directory owned by
+// o, as the image made it (false when it cannot tell).
+func (sb *Sandbox) rootOwnedBy(ctx context.Context, o owner) bool {
+	res, err := sb.Exec(ctx, runtime.ExecSpec{
+		Argv: []string{"stat", "-c", "%u:%g:%F", sb.root}, User: "0", Timeout: 30 * time.Second, MaxOutput: 256,
+	})
+	want := strconv.Itoa(o.uid) + ":" + strconv.Itoa(o.gid) + ":directory\n"
+	return err == nil && res.ExitCode == 0 && string(res.Stdout) == want
 }
