@@ -71,3 +71,43 @@ func measure(b *testing.B, fn func() error) {
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
 }
+
+// measurePair runs base and paddock alternately b.N times each, so that
+// drift on the machine hits both alike, and reports each one's p50 and p99
+// and Paddock's overhead at both (paddock minus base). The cleanup each
+// call returns (may be nil) runs outside the timings.
+func measurePair(b *testing.B, base, paddock func() (cleanup func(), err error)) {
+	b.Helper()
+	lb := make([]time.Duration, 0, b.N)
+	lp := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, r := range []struct {
+			fn  func() (func(), error)
+			lat *[]time.Duration
+		}{{base, &lb}, {paddock, &lp}} {
+			t0 := time.Now()
+			cleanup, err := r.fn()
+			*r.lat = append(*r.lat, time.Since(t0))
+			if cleanup != nil {
+				cleanup()
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	pct := func(lat []time.Duration, p float64) float64 {
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		return float64(lat[int(p*float64(len(lat)-1))].Microseconds())
+	}
+	b50, b99, p50, p99 := pct(lb, 0.5), pct(lb, 0.99), pct(lp, 0.5), pct(lp, 0.99)
+	b.ReportMetric(b50, "base-p50-µs")
+	b.ReportMetric(p50, "paddock-p50-µs")
+	b.ReportMetric(p50-b50, "overhead-p50-µs")
+	b.ReportMetric(b99, "base-p99-µs")
+	b.ReportMetric(p99, "paddock-p99-µs")
+	b.ReportMetric(p99-b99, "overhead-p99-µs")
+	b.ReportMetric(p50/b50, "ratio-p50")
+}

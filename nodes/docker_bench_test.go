@@ -52,59 +52,42 @@ func rawConfig(image, node string) (*container.Config, *container.HostConfig) {
 // BenchmarkDockerCreate compares a session's create+start through the
 // whole path (client → NATS → scheduler → node → Docker → events → reply)
 // with ContainerCreate+ContainerStart of the same container straight
-// through the Engine API. Removal is outside the timer.
+// through the Engine API, alternating the two. Removal is outside the
+// timings.
 //
-//	go test -run '^$' -bench BenchmarkDockerCreate -benchtime 30x ./nodes/
+//	go test -run '^$' -bench BenchmarkDockerCreate -benchtime 40x ./nodes/
 func BenchmarkDockerCreate(b *testing.B) {
 	st, image := dockerBenchStack(b, 0)
 	cli := testenv.DockerClient(b)
 	ctx := context.Background()
-	node := st.Agent.ID()
-	for i := 0; i < 2; i++ { // warm up both paths
-		c, _ := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
-		_ = st.Client.Shutdown(ctx, c.SessionID)
-	}
-	b.Run("raw", func(b *testing.B) {
-		cfg, host := rawConfig(image, node)
-		var ids []string
-		measure(b, func() error {
-			c, err := cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
-			if err != nil {
-				return err
-			}
-			ids = append(ids, c.ID)
-			return cli.ContainerStart(ctx, c.ID, container.StartOptions{})
-		})
-		for _, id := range ids {
-			_ = cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+	cfg, host := rawConfig(image, st.Agent.ID())
+	measurePair(b, func() (func(), error) {
+		c, err := cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
+		if err != nil {
+			return nil, err
 		}
-	})
-	b.Run("paddock", func(b *testing.B) {
-		var ids []string
-		measure(b, func() error {
-			c, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
-			ids = append(ids, c.SessionID)
-			return err
-		})
-		for _, id := range ids {
-			_ = st.Client.Shutdown(ctx, id)
-		}
+		rm := func() { _ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}) }
+		return rm, cli.ContainerStart(ctx, c.ID, container.StartOptions{})
+	}, func() (func(), error) {
+		c, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
+		return func() { _ = st.Client.Shutdown(ctx, c.SessionID) }, err
 	})
 }
 
 // BenchmarkDockerExec compares exec of `true` through the whole path with
-// a direct exec create/attach/inspect in a container of the same kind.
+// a direct exec create/attach/inspect in a container of the same kind,
+// alternating the two, under both sync settings.
 //
-//	go test -run '^$' -bench BenchmarkDockerExec -benchtime 200x ./nodes/
+//	go test -run '^$' -bench BenchmarkDockerExec -benchtime 150x ./nodes/
 func BenchmarkDockerExec(b *testing.B) {
 	for _, sync := range []struct {
 		name     string
 		interval time.Duration
 	}{{"sync=always", 0}, {"sync=1s", time.Second}} {
-		st, image := dockerBenchStack(b, sync.interval)
-		cli := testenv.DockerClient(b)
-		ctx := context.Background()
-		b.Run("raw/"+sync.name, func(b *testing.B) {
+		b.Run(sync.name, func(b *testing.B) {
+			st, image := dockerBenchStack(b, sync.interval)
+			cli := testenv.DockerClient(b)
+			ctx := context.Background()
 			cfg, host := rawConfig(image, st.Agent.ID())
 			c, err := cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
 			if err != nil {
@@ -114,31 +97,34 @@ func BenchmarkDockerExec(b *testing.B) {
 			if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 				b.Fatal(err)
 			}
-			measure(b, func() error {
-				ex, err := cli.ContainerExecCreate(ctx, c.ID, container.ExecOptions{Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true})
-				if err != nil {
-					return err
-				}
-				att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
-				if err != nil {
-					return err
-				}
-				_, _ = io.Copy(io.Discard, att.Reader)
-				att.Close()
-				_, err = cli.ContainerExecInspect(ctx, ex.ID)
-				return err
-			})
-		})
-		b.Run("paddock/"+sync.name, func(b *testing.B) {
 			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer st.Client.Shutdown(ctx, s.SessionID)
 			args := commands.ExecArgs{Argv: []string{"true"}}
-			measure(b, func() error {
+			// The same exec as the runtime makes: user, working directory
+			// and a marker variable, so that only Paddock's part differs.
+			opts := container.ExecOptions{
+				Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true,
+				User: docker.DefaultUser, WorkingDir: "/workspace", Env: []string{"PADDOCK_EXEC=bench"},
+			}
+			measurePair(b, func() (func(), error) {
+				ex, err := cli.ContainerExecCreate(ctx, c.ID, opts)
+				if err != nil {
+					return nil, err
+				}
+				att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+				if err != nil {
+					return nil, err
+				}
+				_, _ = io.Copy(io.Discard, att.Reader)
+				att.Close()
+				_, err = cli.ContainerExecInspect(ctx, ex.ID)
+				return nil, err
+			}, func() (func(), error) {
 				_, err := st.Client.Exec(ctx, s.SessionID, args)
-				return err
+				return nil, err
 			})
 		})
 	}
