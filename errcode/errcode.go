@@ -27,6 +27,9 @@ const (
 	NoCapacity          Code = "no_capacity"
 	Internal            Code = "internal"
 	ImageNotFound       Code = "image_not_found"
+	InvalidArchive      Code = "invalid_archive"
+	SnapshotNotFound    Code = "snapshot_not_found"
+	SnapshotCorrupt     Code = "snapshot_corrupt"
 )
 
 type entry struct {
@@ -50,6 +53,9 @@ var registry = map[Code]entry{
 	NoCapacity:          {true, "no registered node has the requested runtime and room"},
 	Internal:            {true, "an unexpected failure inside Paddock"},
 	ImageNotFound:       {false, "the sandbox image is not on the node and cannot be pulled"},
+	InvalidArchive:      {false, "the workspace archive has a member that could leave the workspace, or breaks a limit"},
+	SnapshotNotFound:    {false, "no such workspace snapshot"},
+	SnapshotCorrupt:     {false, "the workspace snapshot does not match its digest"},
 }
 
 // Known reports whether c is in the registry.
@@ -150,4 +156,7 @@ var (
 	ErrNoCapacity          = &Error{Code: NoCapacity}
 	ErrInternal            = &Error{Code: Internal}
 	ErrImageNotFound       = &Error{Code: ImageNotFound}
+	ErrInvalidArchive      = &Error{Code: InvalidArchive}
+	ErrSnapshotNotFound    = &Error{Code: SnapshotNotFound}
+	ErrSnapshotCorrupt     = &Error{Code: SnapshotCorrupt}
 )

@@ -1,0 +1,228 @@
+// Package archive reads and writes workspace archives: tar streams whose
+// member names are paths relative to the workspace root.
+//
+// Reading is where the danger is, so every archive that is to be extracted
+// goes through a Checker first, member by member, and only what it passed
+// is extracted. It refuses (invalid_archive): absolute names, names with
+// "..", members under a symlink of the same archive, symlinks whose target
+// is absolute or leaves the workspace, hardlinks to anything but an earlier
+// regular member, device nodes, fifos and other special members, more
+// members than the limit, more bytes than the limit (archive and
+// extracted: a decompression bomb stops at the extracted limit).
+//
+// Writing walks a directory through an os.Root (the local runtime) or
+// re-bases the tar stream Docker's archive endpoint returns, skipping
+// excluded paths, without ever holding the archive in memory.
+package archive
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// Limits bound what an archive may hold.
+type Limits struct {
+	// MaxArchiveBytes bounds the archive as stored (default 1 GiB).
+	MaxArchiveBytes int64
+	// MaxExtractedBytes bounds the sum of member sizes (default 4 GiB).
+	MaxExtractedBytes int64
+	// MaxMembers bounds the member count (default 100,000).
+	MaxMembers int
+}
+
+// DefaultLimits returns the default limits.
+func DefaultLimits() Limits {
+	return Limits{MaxArchiveBytes: 1 << 30, MaxExtractedBytes: 4 << 30, MaxMembers: 100_000}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxArchiveBytes <= 0 {
+		l.MaxArchiveBytes = d.MaxArchiveBytes
+	}
+	if l.MaxExtractedBytes <= 0 {
+		l.MaxExtractedBytes = d.MaxExtractedBytes
+	}
+	if l.MaxMembers <= 0 {
+		l.MaxMembers = d.MaxMembers
+	}
+	return l
+}
+
+// Stats describe an archive.
+type Stats struct {
+	Members int   `json:"members"`
+	Bytes   int64 `json:"bytes"` // the sum of regular members' sizes
+	// Skipped counts members left out on writing (excluded paths, special
+	// files).
+	Skipped int `json:"skipped,omitempty"`
+}
+
+func invalid(format string, args ...any) error {
+	return errcode.New(errcode.InvalidArchive, format, args...)
+}
+
+// Checker validates an archive's members in order. Use one per archive.
+type Checker struct {
+	lim      Limits
+	stats    Stats
+	symlinks map[string]bool // members that are symlinks
+	regular  map[string]bool // members that are regular files
+}
+
+// NewChecker returns a checker with lim (zero fields take the defaults).
+func NewChecker(lim Limits) *Checker {
+	return &Checker{lim: lim.withDefaults(), symlinks: map[string]bool{}, regular: map[string]bool{}}
+}
+
+// Stats returns what the checker has passed so far.
+func (c *Checker) Stats() Stats { return c.stats }
+
+// Check validates one member header and returns its clean name. It
+// normalises the header in place (clean names, no owners, permission bits
+// only) so that what is extracted is exactly what was checked.
+func (c *Checker) Check(h *tar.Header) (string, error) {
+	name, err := cleanName(h.Name)
+	if err != nil {
+		return "", err
+	}
+	if c.stats.Members++; c.stats.Members > c.lim.MaxMembers {
+		return "", invalid("more than %d members", c.lim.MaxMembers)
+	}
+	for p := path.Dir(name); p != "."; p = path.Dir(p) {
+		if c.symlinks[p] {
+			return "", invalid("member %q lies under the symlink %q", name, p)
+		}
+	}
+	switch h.Typeflag {
+	case tar.TypeReg, tar.TypeRegA:
+		if h.Size < 0 {
+			return "", invalid("member %q has a negative size", name)
+		}
+		if c.stats.Bytes += h.Size; c.stats.Bytes > c.lim.MaxExtractedBytes {
+			return "", invalid("members hold more than %d bytes", c.lim.MaxExtractedBytes)
+		}
+		h.Typeflag = tar.TypeReg
+		c.regular[name] = true
+	case tar.TypeDir:
+	case tar.TypeSymlink:
+		t := h.Linkname
+		if t == "" || strings.ContainsRune(t, 0) || path.IsAbs(t) {
+			return "", invalid("symlink %q has an empty or absolute target %q", name, t)
+		}
+		if to := path.Join(path.Dir(name), t); to == ".." || strings.HasPrefix(to, "../") {
+			return "", invalid("symlink %q leads outside the workspace (%q)", name, t)
+		}
+		c.symlinks[name] = true
+	case tar.TypeLink:
+		t, err := cleanName(h.Linkname)
+		if err != nil || !c.regular[t] {
+			return "", invalid("hardlink %q must point to an earlier regular member, not %q", name, h.Linkname)
+		}
+		h.Linkname = t
+	default:
+		return "", invalid("member %q is of type %q: only files, directories and links are allowed", name, string(h.Typeflag))
+	}
+	if c.symlinks[name] && h.Typeflag != tar.TypeSymlink {
+		return "", invalid("member %q replaces a symlink of the same archive", name)
+	}
+	h.Name = name
+	if h.Typeflag == tar.TypeDir {
+		h.Name += "/"
+	}
+	h.Mode &= 0o7777
+	h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
+	h.PAXRecords, h.Xattrs = nil, nil //nolint:staticcheck // Xattrs: clear what an old writer set
+	h.Format = tar.FormatPAX
+	return name, nil
+}
+
+// cleanName turns a member name into a clean workspace-relative path.
+func cleanName(n string) (string, error) {
+	if n == "" || strings.ContainsRune(n, 0) {
+		return "", invalid("member with an empty name or a NUL byte")
+	}
+	if strings.HasPrefix(n, "/") {
+		return "", invalid("member %q has an absolute name", n)
+	}
+	for _, part := range strings.Split(n, "/") {
+		if part == ".." {
+			return "", invalid("member %q climbs out with ..", n)
+		}
+	}
+	c := path.Clean(n)
+	if c == "." {
+		return "", invalid("member %q names the workspace root", n)
+	}
+	return c, nil
+}
+
+// CountingReader counts the bytes read through it and refuses to read past
+// a limit with invalid_archive.
+type CountingReader struct {
+	R     io.Reader
+	Limit int64
+	N     int64
+}
+
+// Read implements io.Reader.
+func (c *CountingReader) Read(p []byte) (int, error) {
+	n, err := c.R.Read(p)
+	c.N += int64(n)
+	if c.N > c.Limit {
+		return n, invalid("the archive is larger than %d bytes", c.Limit)
+	}
+	return n, err
+}
+
+// Copy reads the tar stream r, checks every member and writes the checked
+// members to w as a new tar stream; it stops at the first bad member.
+// Member data is streamed, never held whole.
+func Copy(w io.Writer, r io.Reader, lim Limits) (Stats, error) {
+	lim = lim.withDefaults()
+	c := NewChecker(lim)
+	cr := &CountingReader{R: r, Limit: lim.MaxArchiveBytes}
+	tr := tar.NewReader(cr)
+	tw := tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if errcode.Of(err) == errcode.InvalidArchive {
+				return c.stats, err
+			}
+			return c.stats, errcode.Wrap(errcode.InvalidArchive, err, "read archive")
+		}
+		if _, err := c.Check(h); err != nil {
+			return c.stats, err
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return c.stats, fmt.Errorf("write archive: %w", err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if n, err := io.Copy(tw, tr); err != nil || n != h.Size {
+				if errcode.Of(err) == errcode.InvalidArchive {
+					return c.stats, err
+				}
+				return c.stats, errcode.Wrap(errcode.InvalidArchive, fmt.Errorf("member %s: %d of %d bytes: %v", h.Name, n, h.Size, err), "read archive")
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return c.stats, fmt.Errorf("write archive: %w", err)
+	}
+	return c.stats, nil
+}
+
+// Check reads the whole tar stream r and checks every member.
+func Check(r io.Reader, lim Limits) (Stats, error) {
+	return Copy(io.Discard, r, lim)
+}

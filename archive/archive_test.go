@@ -1,0 +1,196 @@
+package archive_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/paddock-dev/paddock/archive"
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+type member struct {
+	name, link string
+	typ        byte
+	data       string
+	mode       int64
+}
+
+func tarOf(t *testing.T, ms ...member) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, m := range ms {
+		mode := m.mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		h := &tar.Header{Name: m.name, Linkname: m.link, Typeflag: m.typ, Mode: mode, Size: int64(len(m.data))}
+		if m.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if m.typ == tar.TypeReg {
+			if _, err := tw.Write([]byte(m.data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func openRoot(t *testing.T) (*os.Root, string) {
+	t.Helper()
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenRoot(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, dir
+}
+
+// TestBadArchives: each hostile archive is refused with invalid_archive by
+// Check, and Extract writes nothing outside the workspace.
+func TestBadArchives(t *testing.T) {
+	reg := func(name, data string) member { return member{name: name, typ: tar.TypeReg, data: data} }
+	for _, tc := range []struct {
+		name string
+		ms   []member
+		lim  archive.Limits
+	}{
+		{"dotdot", []member{reg("../evil", "x")}, archive.Limits{}},
+		{"nested dotdot", []member{reg("a/../../evil", "x")}, archive.Limits{}},
+		{"absolute", []member{reg("/etc/evil", "x")}, archive.Limits{}},
+		{"symlink out then through", []member{{name: "l", typ: tar.TypeSymlink, link: "../.."}, reg("l/evil", "x")}, archive.Limits{}},
+		{"absolute symlink", []member{{name: "l", typ: tar.TypeSymlink, link: "/etc"}}, archive.Limits{}},
+		{"member under in-workspace symlink", []member{{name: "d", typ: tar.TypeDir}, {name: "l", typ: tar.TypeSymlink, link: "d"}, reg("l/x", "x")}, archive.Limits{}},
+		{"hardlink outside", []member{{name: "h", typ: tar.TypeLink, link: "../../etc/passwd"}}, archive.Limits{}},
+		{"hardlink to nothing", []member{{name: "h", typ: tar.TypeLink, link: "missing"}}, archive.Limits{}},
+		{"char device", []member{{name: "dev", typ: tar.TypeChar}}, archive.Limits{}},
+		{"fifo", []member{{name: "fifo", typ: tar.TypeFifo}}, archive.Limits{}},
+		{"too many members", []member{reg("a", ""), reg("b", ""), reg("c", "")}, archive.Limits{MaxMembers: 2}},
+		{"too many bytes", []member{reg("a", "0123456789"), reg("b", "0123456789")}, archive.Limits{MaxExtractedBytes: 15}},
+		{"archive too large", []member{reg("a", "0123456789")}, archive.Limits{MaxArchiveBytes: 600}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := tarOf(t, tc.ms...)
+			if _, err := archive.Check(bytes.NewReader(data), tc.lim); errcode.Of(err) != errcode.InvalidArchive {
+				t.Fatalf("Check: got %v, want invalid_archive", err)
+			}
+			root, dir := openRoot(t)
+			if _, err := archive.Extract(root, bytes.NewReader(data), tc.lim); errcode.Of(err) != errcode.InvalidArchive {
+				t.Fatalf("Extract: got %v, want invalid_archive", err)
+			}
+			for _, p := range []string{"evil", "../evil"} {
+				if _, err := os.Lstat(filepath.Join(dir, p)); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("%s exists outside the workspace", p)
+				}
+			}
+		})
+	}
+}
+
+// TestTruncatedArchive: an archive cut short is invalid, not a panic.
+func TestTruncatedArchive(t *testing.T) {
+	data := tarOf(t, member{name: "a", typ: tar.TypeReg, data: string(make([]byte, 4096))})
+	if _, err := archive.Check(bytes.NewReader(data[:1000]), archive.Limits{}); errcode.Of(err) != errcode.InvalidArchive {
+		t.Fatalf("Check of a truncated archive: %v", err)
+	}
+}
+
+// TestRoundTrip: WriteDir then Extract keeps contents, empty files,
+// nested directories, modes and internal symlinks, and skips what Skip
+// names.
+func TestRoundTrip(t *testing.T) {
+	src, _ := openRoot(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(src.MkdirAll("a/b/c", 0o755))
+	must(src.WriteFile("a/b/c/deep.txt", []byte("deep"), 0o644))
+	must(src.WriteFile("empty", nil, 0o600))
+	must(src.WriteFile("run.sh", []byte("#!/bin/sh\necho hi\n"), 0o755))
+	must(src.Chmod("run.sh", 0o755))
+	must(src.Symlink("a/b/c/deep.txt", "link"))
+	must(src.MkdirAll("cache/x", 0o755))
+	must(src.WriteFile("cache/x/big", []byte("skip me"), 0o644))
+
+	var buf bytes.Buffer
+	st, err := archive.WriteDir(&buf, src, func(rel string) bool { return rel == "cache" })
+	must(err)
+	if st.Members != 7 || st.Skipped != 1 || st.Bytes != int64(len("deep")+len("#!/bin/sh\necho hi\n")) {
+		t.Fatalf("stats = %+v", st)
+	}
+	dst, _ := openRoot(t)
+	if _, err := archive.Extract(dst, bytes.NewReader(buf.Bytes()), archive.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"a/b/c/deep.txt": "deep", "empty": "", "run.sh": "#!/bin/sh\necho hi\n", "link": "deep"} {
+		got, err := dst.ReadFile(name)
+		if err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if fi, err := dst.Stat("run.sh"); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("run.sh mode = %v, %v", fi.Mode(), err)
+	}
+	if fi, err := dst.Stat("empty"); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("empty mode = %v, %v", fi.Mode(), err)
+	}
+	if l, err := dst.Readlink("link"); err != nil || l != "a/b/c/deep.txt" {
+		t.Errorf("link = %q, %v", l, err)
+	}
+	if _, err := dst.Stat("cache"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("skipped cache was extracted: %v", err)
+	}
+}
+
+// TestRebase: Docker's "<dir>/..." members become workspace-relative.
+func TestRebase(t *testing.T) {
+	in := tarOf(t,
+		member{name: "workspace/", typ: tar.TypeDir},
+		member{name: "workspace/f", typ: tar.TypeReg, data: "x"},
+		member{name: "workspace/h", typ: tar.TypeLink, link: "workspace/f"},
+		member{name: "workspace/tmp/", typ: tar.TypeDir},
+		member{name: "workspace/tmp/t", typ: tar.TypeReg, data: "t"},
+		member{name: "workspace/fifo", typ: tar.TypeFifo},
+	)
+	var out bytes.Buffer
+	st, err := archive.Rebase(&out, bytes.NewReader(in), func(rel string) bool { return rel == "tmp" })
+	if err != nil || st.Members != 2 || st.Skipped != 3 {
+		t.Fatalf("Rebase = %+v, %v", st, err)
+	}
+	tr := tar.NewReader(&out)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name+">"+h.Linkname)
+	}
+	if len(names) != 2 || names[0] != "f>" || names[1] != "h>f" {
+		t.Fatalf("members = %v", names)
+	}
+}
