@@ -185,6 +185,11 @@ func (c *CountingReader) Read(p []byte) (int, error) {
 // members to w as a new tar stream; it stops at the first bad member.
 // Member data is streamed, never held whole.
 func Copy(w io.Writer, r io.Reader, lim Limits) (Stats, error) {
+	return CopyAs(w, r, lim, 0, 0)
+}
+
+// CopyAs is Copy with every member owned by uid and gid.
+func CopyAs(w io.Writer, r io.Reader, lim Limits, uid, gid int) (Stats, error) {
 	lim = lim.withDefaults()
 	c := NewChecker(lim)
 	cr := &CountingReader{R: r, Limit: lim.MaxArchiveBytes}
@@ -204,6 +209,7 @@ func Copy(w io.Writer, r io.Reader, lim Limits) (Stats, error) {
 		if _, err := c.Check(h); err != nil {
 			return c.stats, err
 		}
+		h.Uid, h.Gid = uid, gid
 		if err := tw.WriteHeader(h); err != nil {
 			return c.stats, fmt.Errorf("write archive: %w", err)
 		}

@@ -19,10 +19,13 @@ const (
 	OpStop     Op = "stop"
 	OpShutdown Op = "shutdown"
 	OpDelete   Op = "delete"
+	OpPersist  Op = "persist"
+	OpHydrate  Op = "hydrate"
+	OpResume   Op = "resume"
 )
 
 // SessionOps lists the ops served on a session subject.
-var SessionOps = []Op{OpStart, OpExec, OpRead, OpWrite, OpLs, OpRm, OpMkdir, OpRunning, OpStop, OpShutdown, OpDelete}
+var SessionOps = []Op{OpStart, OpExec, OpRead, OpWrite, OpLs, OpRm, OpMkdir, OpRunning, OpStop, OpShutdown, OpDelete, OpPersist, OpHydrate, OpResume}
 
 // Known reports whether op is served on a session subject.
 func (op Op) Known() bool {

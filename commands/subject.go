@@ -57,6 +57,15 @@ func (s Subjects) Lookup(tenant string) string {
 	return s.prefix() + ".cmd." + tenant + ".lookup"
 }
 
+// Resume is the subject the scheduler serves to resume a session whose
+// node no longer serves it, by placing it anew.
+func (s Subjects) Resume(tenant string) string {
+	return s.prefix() + ".cmd." + tenant + ".resume"
+}
+
+// ResumeAll matches every tenant's resume subject.
+func (s Subjects) ResumeAll() string { return s.prefix() + ".cmd.*.resume" }
+
 // CreateAll matches every tenant's create subject.
 func (s Subjects) CreateAll() string { return s.prefix() + ".cmd.*.create" }
 

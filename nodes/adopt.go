@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -52,10 +53,13 @@ func (a *Agent) judge(ctx context.Context, fd runtime.Found) judged {
 	switch {
 	case ferr != nil:
 		return judged{verdict: orphan, why: fmt.Sprintf("the session's history is inconsistent: %v", ferr)}
-	case st.Node != a.cfg.ID:
-		return judged{verdict: orphan, why: fmt.Sprintf("the session belongs to node %s", st.Node)}
-	case st.Epoch != fd.Epoch:
-		return judged{verdict: orphan, why: fmt.Sprintf("the session is at epoch %d, the sandbox at %d", st.Epoch, fd.Epoch)}
+	}
+	node, epoch := placement(evs)
+	switch {
+	case node != a.cfg.ID:
+		return judged{verdict: orphan, why: fmt.Sprintf("the session belongs to node %s", node)}
+	case epoch != fd.Epoch:
+		return judged{verdict: orphan, why: fmt.Sprintf("the session is at epoch %d, the sandbox at %d", epoch, fd.Epoch)}
 	case st.Status != projection.StatusRunning && st.Status != projection.StatusStopped:
 		return judged{verdict: orphan, why: fmt.Sprintf("the session is %s", st.Status), state: st, evs: evs}
 	}
@@ -110,17 +114,47 @@ func (a *Agent) adoptAll(ctx context.Context) {
 	})
 }
 
-// createStart is the part of the create start event that adoption needs.
-type createStart struct {
-	WorkspaceRoot string   `json:"workspace_root"`
-	SecretEnvKeys []string `json:"secret_env_keys"`
+// placement returns the node and epoch a session's events place it at:
+// its create, or the latest resume that placed it anew.
+func placement(evs []events.Event) (string, uint64) {
+	var node string
+	var epoch uint64
+	for _, ev := range evs {
+		switch {
+		case ev.Op == "create" && ev.Phase == events.PhaseStart:
+			var d createData
+			_ = json.Unmarshal(ev.Data, &d)
+			node, epoch = ev.Node, d.Epoch
+		case ev.Op == "resume" && ev.Phase == events.PhaseFinish && ev.OK != nil && *ev.OK:
+			var d resumeData
+			if json.Unmarshal(ev.Data, &d) == nil && d.Node != "" {
+				node, epoch = d.Node, d.Epoch
+			}
+		}
+	}
+	return node, epoch
+}
+
+// lastSnapshot returns the newest snapshot a session's events recorded.
+func lastSnapshot(evs []events.Event) *commands.Snapshot {
+	var last *commands.Snapshot
+	for _, ev := range evs {
+		if ev.Phase != events.PhaseFinish || ev.OK == nil || !*ev.OK || (ev.Op != "persist" && ev.Op != "stop") {
+			continue
+		}
+		var r commands.SnapshotResult
+		if json.Unmarshal(ev.Data, &r) == nil && r.Snapshot != nil {
+			last = r.Snapshot
+		}
+	}
+	return last
 }
 
 // adoptOne serves the session on fd again: it restores the session's
 // sequence and redaction from the events and the sandbox, records the
 // operations the restart cut short as failed, and subscribes.
 func (a *Agent) adoptOne(ctx context.Context, rtName string, fd runtime.Found, j judged) error {
-	var cs createStart
+	var cs createData
 	_ = json.Unmarshal(j.evs[0].Data, &cs) // the fold checked evs[0] is the create start
 	if cs.WorkspaceRoot == "" {
 		cs.WorkspaceRoot = runtime.DefaultWorkspaceRoot
@@ -129,10 +163,23 @@ func (a *Agent) adoptOne(ctx context.Context, rtName string, fd runtime.Found, j
 	for _, k := range cs.SecretEnvKeys {
 		secrets[k] = fd.Env[k]
 	}
+	env := map[string]string{}
+	for k, v := range cs.Env {
+		env[k] = v
+	}
+	for k, v := range secrets {
+		env[k] = v
+	}
 	s := &session{
 		tenant: fd.Tenant, id: fd.SessionID, runtime: rtName, root: cs.WorkspaceRoot,
 		redact: newRedactor(secrets), status: j.state.Status, results: map[string]*cmdResult{},
 		seq: j.state.LastSeq, lastStreamSeq: j.tail.StreamSeq, lastHash: j.tail.Hash, sb: fd.Sandbox,
+		epoch: fd.Epoch, lastSnap: lastSnapshot(j.evs),
+		spec: runtime.Spec{
+			Tenant: fd.Tenant, SessionID: fd.SessionID, Node: a.cfg.ID, Epoch: fd.Epoch, Image: cs.Image,
+			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: cs.WorkspaceRoot,
+			Network: cs.Network, User: cs.User, PidsLimit: cs.PidsLimit,
+		},
 	}
 	key := sessionKey(fd.Tenant, fd.SessionID)
 	a.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/objectstore"
 )
 
 // Agent is a node agent. Create it with New, then Start; Close drains it.
@@ -37,6 +38,7 @@ type Agent struct {
 	sem    chan struct{}
 
 	mu       sync.Mutex // guards the fields below
+	store    *objectstore.Store
 	sessions map[string]*session
 	nodeSubs []*nats.Subscription
 	draining bool
@@ -101,6 +103,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		fn   nats.MsgHandler
 	}{
 		{a.cmdSubj.Node(a.cfg.ID, "create"), a.dispatch(a.handleCreate)},
+		{a.cmdSubj.Node(a.cfg.ID, "resume"), a.dispatch(a.handleResumePlacement)},
 		{a.cmdSubj.Node(a.cfg.ID, "ping"), a.handlePing},
 		{a.cmdSubj.Announce(), func(*nats.Msg) { a.heartbeat() }},
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/commands"
 )
 
@@ -40,6 +41,12 @@ type Config struct {
 	ReapGrace time.Duration
 	// ReapInterval is how often the reaper looks (default 1m).
 	ReapInterval time.Duration
+	// WorkspaceBucket is the object store bucket of workspace snapshots
+	// (default sbx_workspaces).
+	WorkspaceBucket string
+	// ArchiveLimits bound the archives hydrate extracts (zero fields: the
+	// archive package's defaults).
+	ArchiveLimits archive.Limits
 }
 
 // Validate checks the config.

@@ -103,11 +103,15 @@ func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
 		Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit,
 	}
 	a.run(ctx, m, s, req, commands.OpCreate, start, func(ctx context.Context) (outcome, error) {
-		sb, err := rt.Create(ctx, runtime.Spec{
+		rspec := runtime.Spec{
 			Tenant: p.Tenant, SessionID: p.SessionID, Node: a.cfg.ID, Epoch: 1, Image: spec.Image,
 			Env: env, Labels: spec.Labels, CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root,
 			Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit,
-		})
+		}
+		s.mu.Lock()
+		s.spec, s.epoch = rspec, 1
+		s.mu.Unlock()
+		sb, err := rt.Create(ctx, rspec)
 		if err != nil {
 			return outcome{}, err
 		}
@@ -201,6 +205,12 @@ func (a *Agent) opHandler(op commands.Op) opFunc {
 		})
 	case commands.OpRunning:
 		return a.opRunning
+	case commands.OpPersist:
+		return a.opPersist
+	case commands.OpHydrate:
+		return a.opHydrate
+	case commands.OpResume:
+		return a.opResume
 	default:
 		return a.opLifecycle(op)
 	}
@@ -417,10 +427,18 @@ func (a *Agent) opLifecycle(op commands.Op) opFunc {
 				if s.getStatus() == projection.StatusShutDown {
 					return outcome{}, errcode.New(errcode.InvalidState, "session %s is shut down", s.id)
 				}
+				// Stop persists the workspace first: if that fails the
+				// sandbox keeps running and nothing is lost.
+				snap, err := a.persist(ctx, s)
+				if err != nil {
+					return outcome{}, err
+				}
 				if err := sb.Stop(ctx); err != nil {
 					return outcome{}, err
 				}
-				status = projection.StatusStopped
+				s.setStatus(projection.StatusStopped)
+				r := commands.SnapshotResult{Status: string(projection.StatusStopped), Snapshot: snap}
+				return outcome{result: r, data: r}, nil
 			case commands.OpShutdown:
 				if err := sb.Shutdown(ctx); err != nil {
 					return outcome{}, err

@@ -38,11 +38,14 @@ type session struct {
 	lastStreamSeq uint64
 	lastHash      string // events.Hash of the last event's stored bytes
 
-	mu      sync.Mutex // guards the fields below
-	sb      runtime.Sandbox
-	status  projection.Status
-	results map[string]*cmdResult // by command id
-	order   []string              // command ids, oldest first
+	mu       sync.Mutex // guards the fields below
+	sb       runtime.Sandbox
+	spec     runtime.Spec       // as the sandbox was created (secret values included; never recorded)
+	epoch    uint64             // the placement's epoch
+	lastSnap *commands.Snapshot // the newest workspace snapshot, nil before the first
+	status   projection.Status
+	results  map[string]*cmdResult // by command id
+	order    []string              // command ids, oldest first
 }
 
 // cmdResult is the reply to a command id, remembered so that a retry gets
@@ -79,6 +82,24 @@ func (s *session) setStatus(st projection.Status) {
 	s.mu.Lock()
 	s.status = st
 	s.mu.Unlock()
+}
+
+func (s *session) snapshot() *commands.Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastSnap
+}
+
+func (s *session) setSnapshot(snap *commands.Snapshot) {
+	s.mu.Lock()
+	s.lastSnap = snap
+	s.mu.Unlock()
+}
+
+func (s *session) getEpoch() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
 }
 
 func (s *session) sandbox() runtime.Sandbox {

@@ -113,6 +113,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		{s.subj.HeartbeatAll(), "", s.handleHeartbeat},
 		{s.subj.CreateAll(), QueueGroup, s.async(s.handleCreate)},
 		{s.subj.LookupAll(), QueueGroup, s.async(s.handleLookup)},
+		{s.subj.ResumeAll(), QueueGroup, s.async(s.handleResume)},
 	} {
 		ns, err := s.nc.QueueSubscribe(x.subj, x.queue, x.fn)
 		if err != nil {
@@ -281,33 +282,37 @@ func (s *Scheduler) handleCreate(ctx context.Context, m *nats.Msg) {
 	req.Args = args
 	body, _ := json.Marshal(req)
 
+	s.respond(m, s.place(ctx, spec.Runtime, "create", body))
+}
+
+// place sends body to the node op subject of a node that is up with the
+// runtime and room, trying another when one turns out gone, and returns
+// the node's reply (or an error reply).
+func (s *Scheduler) place(ctx context.Context, runtime, op string, body []byte) []byte {
 	tried := map[string]bool{}
 	for attempt := 0; attempt < 3; attempt++ {
-		n, ok := s.await(ctx, spec.Runtime, tried)
+		n, ok := s.await(ctx, runtime, tried)
 		if !ok {
 			what := "any runtime"
-			if spec.Runtime != "" {
-				what = "runtime " + spec.Runtime
+			if runtime != "" {
+				what = "runtime " + runtime
 			}
-			s.respond(m, commands.ErrorReply(errcode.New(errcode.NoCapacity, "no node is up with %s and room for a session", what)))
-			return
+			return commands.ErrorReply(errcode.New(errcode.NoCapacity, "no node is up with %s and room for a session", what))
 		}
 		tried[n.ID] = true
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.ForwardTimeout)
-		reply, err := s.nc.RequestWithContext(fctx, s.subj.Node(n.ID, "create"), body)
+		reply, err := s.nc.RequestWithContext(fctx, s.subj.Node(n.ID, op), body)
 		cancel()
 		if errors.Is(err, nats.ErrNoResponders) {
 			s.forgetNode(n.ID) // the node is gone; try another
 			continue
 		}
 		if err != nil {
-			s.respond(m, commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "forward create to node "+n.ID)))
-			return
+			return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "forward "+op+" to node "+n.ID))
 		}
-		s.respond(m, reply.Data)
-		return
+		return reply.Data
 	}
-	s.respond(m, commands.ErrorReply(errcode.New(errcode.Unavailable, "no node answered the create")))
+	return commands.ErrorReply(errcode.New(errcode.Unavailable, "no node answered the %s", op))
 }
 
 func (s *Scheduler) forgetNode(id string) {

@@ -2,9 +2,11 @@ package runtime
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"time"
 
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/commands"
 )
 
@@ -72,6 +74,12 @@ type Sandbox interface {
 	// Mkdir makes a directory; with parents it makes missing parents and
 	// accepts an existing directory.
 	Mkdir(ctx context.Context, path string, parents bool) error
+	// ExportWorkspace writes the workspace to w as a tar of
+	// workspace-relative members, leaving out what skip names. It streams.
+	ExportWorkspace(ctx context.Context, w io.Writer, skip archive.Skip) (archive.Stats, error)
+	// ImportWorkspace replaces the workspace's contents with the archive r,
+	// extracting only members that pass archive's checks within lim.
+	ImportWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, error)
 }
 
 // ExecSpec is one command to run.

@@ -152,11 +152,15 @@ func (r *Runtime) Close() error {
 
 var nameSafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]`)
 
-// ContainerName is the name of a session's container. Names Docker does not
-// accept are mapped onto [a-zA-Z0-9_.-] with a hash suffix that keeps them
-// unique.
-func ContainerName(tenant, session string) string {
+// ContainerName is the name of a session's container at an epoch (epochs
+// after the first add -e<epoch>, so a resumed session's new container never
+// clashes with its old one). Names Docker does not accept are mapped onto
+// [a-zA-Z0-9_.-] with a hash suffix that keeps them unique.
+func ContainerName(tenant, session string, epoch uint64) string {
 	raw := tenant + "-" + session
+	if epoch > 1 {
+		raw += "-e" + strconv.FormatUint(epoch, 10)
+	}
 	name := nameSafe.ReplaceAllString(raw, "_")
 	if name != raw {
 		sum := sha256.Sum256([]byte(tenant + "\x00" + session))
@@ -176,7 +180,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	name := ContainerName(spec.Tenant, spec.SessionID)
+	name := ContainerName(spec.Tenant, spec.SessionID, spec.Epoch)
 	resp, err := r.cli.ContainerCreate(ctx, opts.config, opts.host, nil, nil, name)
 	if err != nil {
 		if errdefs.IsConflict(err) {

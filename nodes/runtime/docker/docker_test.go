@@ -121,7 +121,7 @@ func TestHardening(t *testing.T) {
 	check("init", h.Init != nil && *h.Init, h.Init)
 	check("log driver bounded", h.LogConfig.Type == "json-file" && h.LogConfig.Config["max-size"] == docker.DefaultLogMaxSize, h.LogConfig)
 	check("non-root user", cfg.User == docker.DefaultUser, cfg.User)
-	check("name", c.Name == "/"+docker.ContainerName("t", s.SessionID), c.Name)
+	check("name", c.Name == "/"+docker.ContainerName("t", s.SessionID, 1), c.Name)
 	for k, v := range map[string]string{
 		docker.LabelSession: s.SessionID, docker.LabelTenant: "t", docker.LabelNode: rt.Node(),
 		docker.LabelEpoch: "1", docker.LabelUserPrefix + "team": "a",

@@ -1,0 +1,86 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/objectstore"
+)
+
+// workspaceTimeout is added to the client's timeout for operations that
+// move a whole workspace.
+const workspaceTimeout = 30 * time.Minute
+
+// Persist stores the session's workspace as a new snapshot and returns it.
+func (c *Client) Persist(ctx context.Context, id string, opts ...CallOption) (commands.Snapshot, error) {
+	var res commands.SnapshotResult
+	err := c.do(ctx, id, commands.OpPersist, nil, &res, workspaceTimeout, opts)
+	if err == nil && res.Snapshot == nil {
+		return commands.Snapshot{}, errors.New("persist: the reply has no snapshot")
+	}
+	if err != nil {
+		return commands.Snapshot{}, err
+	}
+	return *res.Snapshot, nil
+}
+
+// Hydrate replaces the session's workspace with one of its snapshots or an
+// upload.
+func (c *Client) Hydrate(ctx context.Context, id string, args commands.HydrateArgs, opts ...CallOption) (commands.HydrateResult, error) {
+	var res commands.HydrateResult
+	if err := args.Validate(); err != nil {
+		return res, err
+	}
+	err := c.do(ctx, id, commands.OpHydrate, args, &res, workspaceTimeout, opts)
+	return res, err
+}
+
+// HydrateFrom uploads the tar archive r to the workspace bucket (streamed,
+// in chunks) and replaces the session's workspace with it. The node checks
+// the archive before it extracts anything.
+func (c *Client) HydrateFrom(ctx context.Context, id string, r io.Reader, opts ...CallOption) (commands.HydrateResult, error) {
+	if err := commands.CheckToken("session id", id); err != nil {
+		return commands.HydrateResult{}, err
+	}
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return commands.HydrateResult{}, err
+	}
+	store, err := objectstore.Open(ctx, js, "")
+	if err != nil {
+		return commands.HydrateResult{}, err
+	}
+	name, err := store.Upload(ctx, c.opts.Tenant, uuid.NewString(), r)
+	if err != nil {
+		return commands.HydrateResult{}, err
+	}
+	res, err := c.Hydrate(ctx, id, commands.HydrateArgs{Upload: name}, opts...)
+	if err != nil {
+		_ = store.Delete(context.WithoutCancel(ctx), name)
+	}
+	return res, err
+}
+
+// Resume brings a stopped, shut down or lost session back: its node
+// resumes it when it still serves it; otherwise the engine places it on a
+// node that re-creates it from its last snapshot. secretEnv gives secret
+// values again for a re-created sandbox (they are never recorded).
+func (c *Client) Resume(ctx context.Context, id string, secretEnv map[string]string, opts ...CallOption) (commands.ResumeResult, error) {
+	var res commands.ResumeResult
+	if err := commands.CheckToken("session id", id); err != nil {
+		return res, err
+	}
+	err := c.request(ctx, c.subj.Session(c.opts.Tenant, id, commands.OpResume), "", commands.ResumeArgs{SecretEnv: secretEnv}, &res, workspaceTimeout, opts)
+	if !errors.Is(err, nats.ErrNoResponders) {
+		return res, err
+	}
+	err = c.request(ctx, c.subj.Resume(c.opts.Tenant), "", commands.ResumeRequest{SessionID: id, SecretEnv: secretEnv}, &res, workspaceTimeout, opts)
+	return res, err
+}

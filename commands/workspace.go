@@ -1,0 +1,86 @@
+package commands
+
+import (
+	"time"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// Snapshot describes a stored workspace archive (see objectstore).
+type Snapshot struct {
+	ID      string    `json:"snapshot_id"`
+	Name    string    `json:"name"`
+	SHA256  string    `json:"digest"` // hex sha256 of the archive bytes: the fingerprint
+	Size    int64     `json:"size"`   // archive bytes
+	Members int       `json:"members"`
+	Bytes   int64     `json:"bytes"` // sum of the regular members' sizes
+	Format  string    `json:"format"`
+	Created time.Time `json:"created"`
+}
+
+// SnapshotResult answers persist, and stop (which persists first).
+type SnapshotResult struct {
+	Status   string    `json:"status,omitempty"`
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
+}
+
+// HydrateArgs replace the workspace with a snapshot of the session or an
+// uploaded archive (exactly one).
+type HydrateArgs struct {
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	// Upload is the object name an upload to the workspace bucket returned.
+	Upload string `json:"upload,omitempty"`
+}
+
+// Validate checks the hydrate arguments.
+func (a *HydrateArgs) Validate() error {
+	if (a.SnapshotID == "") == (a.Upload == "") {
+		return errcode.New(errcode.InvalidRequest, "exactly one of snapshot_id and upload must be set")
+	}
+	if a.SnapshotID != "" {
+		return CheckToken("snapshot_id", a.SnapshotID)
+	}
+	return nil
+}
+
+// HydrateResult answers hydrate.
+type HydrateResult struct {
+	Members int   `json:"members"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// ResumeArgs bring a session back. SecretEnv gives the secret values again
+// when the session must be re-created on another node (they are never
+// recorded, so no node can restore them on its own).
+type ResumeArgs struct {
+	SecretEnv map[string]string `json:"secret_env,omitempty"`
+}
+
+// ResumeResult answers resume.
+type ResumeResult struct {
+	Status string `json:"status"`
+	Node   string `json:"node"`
+	Epoch  uint64 `json:"epoch"`
+	// Restored says whether the workspace was restored from SnapshotID;
+	// false when the sandbox still ran with the snapshot's fingerprint.
+	Restored   bool   `json:"restored"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
+}
+
+// ResumeRequest is what a client sends to the scheduler's resume subject
+// when the session's own subject has no responder.
+type ResumeRequest struct {
+	SessionID string            `json:"session_id"`
+	SecretEnv map[string]string `json:"secret_env,omitempty"`
+}
+
+// Validate checks the request.
+func (r *ResumeRequest) Validate() error { return CheckToken("session_id", r.SessionID) }
+
+// ResumePlacement is what the scheduler sends to the node it chose to
+// resume a session on.
+type ResumePlacement struct {
+	Tenant    string            `json:"tenant"`
+	SessionID string            `json:"session_id"`
+	SecretEnv map[string]string `json:"secret_env,omitempty"`
+}

@@ -1,0 +1,267 @@
+package nodes_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/local"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// runtimeKind makes a runtime of one kind for a node, for tests that run
+// on both.
+type runtimeKind struct {
+	name  string
+	image func(t *testing.T) string
+	make  func(t *testing.T, node string) runtime.Runtime
+}
+
+func runtimeKinds() []runtimeKind {
+	return []runtimeKind{
+		{"local", func(*testing.T) string { return "" }, func(t *testing.T, _ string) runtime.Runtime {
+			rt, err := local.New(local.Config{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rt
+		}},
+		{"docker", func(t *testing.T) string { return testenv.SandboxBaseImage(t) }, func(t *testing.T, node string) runtime.Runtime {
+			return dockerRuntime(t, node)
+		}},
+	}
+}
+
+// treeScript lists every path of the workspace with its type, mode, size,
+// link target and content digest, one line each, sorted.
+const treeScript = `find . -mindepth 1 | sort | while read -r p; do
+  if [ -L "$p" ]; then echo "$p link $(readlink "$p")";
+  elif [ -d "$p" ]; then echo "$p dir $(stat -c %a "$p")";
+  else echo "$p file $(stat -c '%a %s' "$p") $(sha256sum < "$p" | cut -c1-16)"; fi
+done`
+
+func tree(t *testing.T, st *testenv.Stack, id string) string {
+	t.Helper()
+	res, err := st.Client.Exec(testenv.Context(t, 5*time.Minute), id, commands.ExecArgs{Shell: treeScript, MaxOutputBytes: commands.MaxOutputBytes})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("tree: %+v, %v", res, err)
+	}
+	return string(res.Stdout)
+}
+
+// TestWorkspaceRoundTrip: files (one of 200 MiB), nested directories,
+// empty files, executable modes and internal symlinks survive persist →
+// shutdown → resume byte for byte, on both runtimes; a second resume of
+// the running session restores nothing.
+func TestWorkspaceRoundTrip(t *testing.T) {
+	for _, k := range runtimeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			image := k.image(t)
+			node := "ws-" + uuid.NewString()[:8]
+			st := testenv.StartStack(t, testenv.StackOptions{Node: nodes.Config{ID: node}, Runtimes: []runtime.Runtime{k.make(t, node)}})
+			ctx := testenv.Context(t, 5*time.Minute)
+			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image})
+			if err != nil {
+				t.Fatal(err)
+			}
+			setup := `mkdir -p a/b/c && echo deep > a/b/c/deep.txt && : > empty && printf '#!/bin/sh\necho hi\n' > run.sh && chmod 755 run.sh && chmod 600 empty && ln -s a/b/c/deep.txt link && head -c 209715200 /dev/urandom > big.bin`
+			if res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: setup}); err != nil || res.ExitCode != 0 {
+				t.Fatalf("setup: %+v, %v", res, err)
+			}
+			before := tree(t, st, s.SessionID)
+			if !strings.Contains(before, "./big.bin file 644 209715200") || !strings.Contains(before, "./link link a/b/c/deep.txt") {
+				t.Fatalf("setup tree:\n%s", before)
+			}
+			snap, err := st.Client.Persist(ctx, s.SessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snap.Members != 8 || snap.Bytes < 209715200 || len(snap.SHA256) != 64 {
+				t.Fatalf("snapshot = %+v", snap)
+			}
+			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+			res, err := st.Client.Resume(ctx, s.SessionID, nil)
+			if err != nil || !res.Restored || res.Epoch != 2 || res.SnapshotID != snap.ID {
+				t.Fatalf("resume after shutdown = %+v, %v; want restored at epoch 2", res, err)
+			}
+			if after := tree(t, st, s.SessionID); after != before {
+				t.Fatalf("workspace after resume:\n%s\nwant:\n%s", after, before)
+			}
+			// Persist again so that the snapshot matches the running
+			// workspace: a resume now restores nothing.
+			if _, err := st.Client.Persist(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+			res, err = st.Client.Resume(ctx, s.SessionID, nil)
+			if err != nil || res.Restored {
+				t.Fatalf("resume of a matching running session = %+v, %v; want nothing restored", res, err)
+			}
+			evs, err := st.Log.Session(ctx, "default", s.SessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := evs[len(evs)-1]
+			var d struct{ Restored bool }
+			if last.Op != "resume" || last.Phase != events.PhaseFinish || json.Unmarshal(last.Data, &d) != nil || d.Restored {
+				t.Fatalf("last event = %s %s %s; want a resume finish that restored nothing", last.Op, last.Phase, last.Data)
+			}
+			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+			checkHashChain(t, st.Log, "default", s.SessionID)
+		})
+	}
+}
+
+// TestResumeOnAnotherNode: a session persisted on node A is resumed on
+// node B after A left, with its workspace and its secrets (given again).
+func TestResumeOnAnotherNode(t *testing.T) {
+	for _, k := range runtimeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			image := k.image(t)
+			st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+			ctx := testenv.Context(t, 3*time.Minute)
+			nodeA, nodeB := "a-"+uuid.NewString()[:8], "b-"+uuid.NewString()[:8]
+			a := startAgent(t, st, nodes.Config{ID: nodeA}, k.make(t, nodeA))
+			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image, SecretEnv: map[string]string{"TOKEN": "tok-123"}})
+			if err != nil || s.Node != nodeA {
+				t.Fatalf("create = %+v, %v", s, err)
+			}
+			if _, err := st.Client.WriteFile(ctx, s.SessionID, "work/notes.md", []byte("# progress\n"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Client.Stop(ctx, s.SessionID); err != nil { // stop persists
+				t.Fatal(err)
+			}
+			if err := a.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			startAgent(t, st, nodes.Config{ID: nodeB}, k.make(t, nodeB))
+			testenv.Eventually(t, 30*time.Second, func() error {
+				for _, n := range st.Scheduler.Nodes() {
+					if n.ID == nodeB {
+						return nil
+					}
+				}
+				return errors.New("node B not registered yet")
+			})
+			res, err := st.Client.Resume(ctx, s.SessionID, map[string]string{"TOKEN": "tok-123"})
+			if err != nil || res.Node != nodeB || !res.Restored || res.Epoch != 2 {
+				t.Fatalf("resume = %+v, %v; want restored on %s at epoch 2", res, err, nodeB)
+			}
+			got, err := st.Client.ReadFile(ctx, s.SessionID, "work/notes.md")
+			if err != nil || string(got) != "# progress\n" {
+				t.Fatalf("notes on node B = %q, %v", got, err)
+			}
+			out, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: `echo "$TOKEN"`})
+			if err != nil || string(out.Stdout) != "[REDACTED]\n" {
+				t.Fatalf("secret on node B = %q, %v; want it set and redacted", out.Stdout, err)
+			}
+			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+			checkHashChain(t, st.Log, "default", s.SessionID)
+			// Node A's stopped sandbox is its own to reap; remove it here.
+			if k.name == "docker" {
+				testenv.RemoveContainers(t, testenv.DockerClient(t), "paddock.node="+nodeA)
+			}
+		})
+	}
+}
+
+// TestHydrateBadArchives: hostile archives and bad snapshots are refused
+// with their codes on both runtimes, and the workspace is left as it was.
+func TestHydrateBadArchives(t *testing.T) {
+	type member struct {
+		name, link string
+		typ        byte
+		data       string
+	}
+	tarOf := func(ms ...member) []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, m := range ms {
+			h := &tar.Header{Name: m.name, Linkname: m.link, Typeflag: m.typ, Mode: 0o644}
+			if m.typ == tar.TypeReg {
+				h.Size = int64(len(m.data))
+			}
+			_ = tw.WriteHeader(h)
+			_, _ = tw.Write([]byte(m.data))
+		}
+		_ = tw.Close()
+		return buf.Bytes()
+	}
+	bad := map[string][]byte{
+		"dotdot":         tarOf(member{name: "../evil", typ: tar.TypeReg, data: "x"}),
+		"absolute":       tarOf(member{name: "/tmp/evil", typ: tar.TypeReg, data: "x"}),
+		"symlink out":    tarOf(member{name: "l", typ: tar.TypeSymlink, link: "../../../tmp"}, member{name: "l/evil", typ: tar.TypeReg, data: "x"}),
+		"hardlink out":   tarOf(member{name: "h", typ: tar.TypeLink, link: "../../etc/passwd"}),
+		"under symlink":  tarOf(member{name: "d", typ: tar.TypeDir}, member{name: "l", typ: tar.TypeSymlink, link: "d"}, member{name: "l/x", typ: tar.TypeReg, data: "x"}),
+		"device":         tarOf(member{name: "null", typ: tar.TypeChar}),
+		"not a tar":      []byte("this is not an archive at all, just some bytes that go on and on"),
+		"too many files": tarOf(member{name: "1", typ: tar.TypeReg}, member{name: "2", typ: tar.TypeReg}, member{name: "3", typ: tar.TypeReg}, member{name: "4", typ: tar.TypeReg}),
+		"bomb":           tarOf(member{name: "big", typ: tar.TypeReg, data: strings.Repeat("0", 4096)}),
+	}
+	for _, k := range runtimeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			image := k.image(t)
+			node := "hy-" + uuid.NewString()[:8]
+			cfg := nodes.Config{ID: node}
+			cfg.ArchiveLimits.MaxMembers, cfg.ArchiveLimits.MaxExtractedBytes = 3, 1024
+			st := testenv.StartStack(t, testenv.StackOptions{Node: cfg, Runtimes: []runtime.Runtime{k.make(t, node)}})
+			ctx := testenv.Context(t, 3*time.Minute)
+			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Client.WriteFile(ctx, s.SessionID, "keep.txt", []byte("keep"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for name, data := range bad {
+				_, err := st.Client.HydrateFrom(ctx, s.SessionID, bytes.NewReader(data))
+				if errcode.Of(err) != errcode.InvalidArchive {
+					t.Errorf("%s: got %v, want invalid_archive", name, err)
+				}
+			}
+			_, err = st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: uuid.NewString()})
+			if errcode.Of(err) != errcode.SnapshotNotFound {
+				t.Errorf("unknown snapshot: got %v, want snapshot_not_found", err)
+			}
+			got, err := st.Client.ReadFile(ctx, s.SessionID, "keep.txt")
+			if err != nil || string(got) != "keep" {
+				t.Fatalf("workspace after refused hydrates: %q, %v", got, err)
+			}
+			res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: "ls -A; test ! -e /tmp/evil"})
+			if err != nil || string(res.Stdout) != "keep.txt\n" || res.ExitCode != 0 {
+				t.Fatalf("workspace holds %q, exit %d (%v); want only keep.txt and no /tmp/evil", res.Stdout, res.ExitCode, err)
+			}
+			// A good archive replaces the workspace.
+			good := tarOf(member{name: "src/", typ: tar.TypeDir}, member{name: "src/main.py", typ: tar.TypeReg, data: "print(1)\n"})
+			if hr, err := st.Client.HydrateFrom(ctx, s.SessionID, bytes.NewReader(good)); err != nil || hr.Members != 2 {
+				t.Fatalf("good hydrate = %+v, %v", hr, err)
+			}
+			if got, err := st.Client.ReadFile(ctx, s.SessionID, "src/main.py"); err != nil || string(got) != "print(1)\n" {
+				t.Fatalf("after good hydrate: %q, %v", got, err)
+			}
+			if _, err := st.Client.ReadFile(ctx, s.SessionID, "keep.txt"); errcode.Of(err) != errcode.NotFound {
+				t.Fatalf("keep.txt after hydrate: %v, want not_found (replaced)", err)
+			}
+			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

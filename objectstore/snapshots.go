@@ -1,0 +1,202 @@
+package objectstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// FormatTar is the format of a snapshot: an uncompressed tar of
+// workspace-relative members (docs/benchmarks.md has why uncompressed).
+const FormatTar = "tar"
+
+// Snapshot describes a stored workspace archive; it is the wire type.
+type Snapshot = commands.Snapshot
+
+// ChunkSize is the object store chunk size of snapshots and uploads
+// (docs/benchmarks.md has the measurement behind it).
+const ChunkSize = 256 << 10
+
+// fullReader fills every read completely (but at the end), so that the
+// object store sends full chunks however small the writes behind r are:
+// fewer, larger messages, and fewer acknowledgements outstanding.
+type fullReader struct{ r io.Reader }
+
+func (f fullReader) Read(p []byte) (int, error) {
+	n, err := io.ReadFull(f.r, p)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// Store keeps workspace snapshots in the object store bucket.
+type Store struct {
+	obs jetstream.ObjectStore
+}
+
+// NewStore returns a store on obs (see Ensure).
+func NewStore(obs jetstream.ObjectStore) *Store { return &Store{obs: obs} }
+
+// Open returns the store on the bucket, which must exist.
+func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
+	if bucket == "" {
+		bucket = DefaultBucket
+	}
+	obs, err := js.ObjectStore(ctx, bucket)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Unavailable, err, "workspace bucket "+bucket)
+	}
+	return NewStore(obs), nil
+}
+
+// Counts is what a writer learns about an archive while streaming it.
+type Counts struct {
+	Members int
+	Bytes   int64
+}
+
+// Put streams an archive from r into a new snapshot object; counts is
+// called once r is drained and fills in the member counts. A name that
+// exists is never overwritten (already_exists).
+func (s *Store) Put(ctx context.Context, tenant, session, id string, r io.Reader, counts func() Counts) (Snapshot, error) {
+	name, err := SnapshotName(tenant, session, id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if _, err := s.obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted()); err == nil {
+		return Snapshot{}, errcode.New(errcode.AlreadyExists, "snapshot %s already exists", name)
+	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "snapshot "+name)
+	}
+	h := sha256.New()
+	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}},
+		fullReader{io.TeeReader(r, h)})
+	if err != nil {
+		if errcode.Of(err) != "" && errcode.Of(err) != errcode.Internal {
+			return Snapshot{}, err
+		}
+		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "store snapshot "+name)
+	}
+	c := counts()
+	snap := Snapshot{
+		ID: id, Name: name, SHA256: hex.EncodeToString(h.Sum(nil)), Size: int64(info.Size),
+		Members: c.Members, Bytes: c.Bytes, Format: FormatTar, Created: info.ModTime.UTC(),
+	}
+	meta := jetstream.ObjectMeta{Name: name, Metadata: map[string]string{
+		"sha256": snap.SHA256, "members": strconv.Itoa(snap.Members), "bytes": strconv.FormatInt(snap.Bytes, 10),
+		"format": snap.Format,
+	}}
+	if err := s.obs.UpdateMeta(ctx, name, meta); err != nil {
+		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "record snapshot metadata "+name)
+	}
+	return snap, nil
+}
+
+// Info returns a snapshot's description.
+func (s *Store) Info(ctx context.Context, tenant, session, id string) (Snapshot, error) {
+	name, err := SnapshotName(tenant, session, id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return s.info(ctx, id, name)
+}
+
+func (s *Store) info(ctx context.Context, id, name string) (Snapshot, error) {
+	info, err := s.obs.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return Snapshot{}, errcode.New(errcode.SnapshotNotFound, "no snapshot %s", name)
+	}
+	if err != nil {
+		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "snapshot "+name)
+	}
+	m := info.Metadata
+	members, _ := strconv.Atoi(m["members"])
+	bytes, _ := strconv.ParseInt(m["bytes"], 10, 64)
+	return Snapshot{
+		ID: id, Name: name, SHA256: m["sha256"], Size: int64(info.Size), Members: members, Bytes: bytes,
+		Format: m["format"], Created: info.ModTime.UTC(),
+	}, nil
+}
+
+// Fetch downloads a snapshot into f (truncated first) and verifies it
+// against its recorded sha256 before returning, so that nothing is
+// extracted from an archive that is not the one persisted. A missing
+// object is snapshot_not_found, a mismatch snapshot_corrupt. f is left at
+// offset 0.
+func (s *Store) Fetch(ctx context.Context, tenant, session, id string, f *os.File) (Snapshot, error) {
+	snap, err := s.Info(ctx, tenant, session, id)
+	if err != nil {
+		return snap, err
+	}
+	if err := s.fetch(ctx, snap.Name, snap.SHA256, f); err != nil {
+		return snap, err
+	}
+	return snap, nil
+}
+
+// FetchObject downloads any object of the bucket (an upload) into f,
+// verifying the store's own digest.
+func (s *Store) FetchObject(ctx context.Context, name string, f *os.File) error {
+	return s.fetch(ctx, name, "", f)
+}
+
+func (s *Store) fetch(ctx context.Context, name, want string, f *os.File) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	res, err := s.obs.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return errcode.New(errcode.SnapshotNotFound, "no object %s", name)
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "open "+name)
+	}
+	defer res.Close()
+	h := sha256.New()
+	// The object store checks its own digest when the last chunk is read.
+	if _, err := io.Copy(io.MultiWriter(f, h), res); err != nil {
+		if errors.Is(err, jetstream.ErrDigestMismatch) || errors.Is(err, jetstream.ErrObjectNotFound) {
+			return errcode.Wrap(errcode.SnapshotCorrupt, err, name)
+		}
+		return errcode.Wrap(errcode.Unavailable, err, "read "+name)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); want != "" && got != want {
+		return errcode.New(errcode.SnapshotCorrupt, "%s has sha256 %s, recorded %s", name, got, want)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("rewind %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// Upload stores r as a temporary object under uploads/ (for archives and
+// large files a client sends) and returns its name.
+func (s *Store) Upload(ctx context.Context, tenant, id string, r io.Reader) (string, error) {
+	name := "uploads/" + tenant + "/" + id
+	if _, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}, fullReader{r}); err != nil {
+		return "", errcode.Wrap(errcode.Unavailable, err, "upload")
+	}
+	return name, nil
+}
+
+// Delete removes an object (an upload once used).
+func (s *Store) Delete(ctx context.Context, name string) error {
+	if err := s.obs.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return errcode.Wrap(errcode.Unavailable, err, "delete "+name)
+	}
+	return nil
+}
