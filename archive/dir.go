@@ -62,6 +62,10 @@ func WriteDir(w io.Writer, root *os.Root, skip Skip) (Stats, error) {
 			return err
 		}
 		h.Name, h.Uid, h.Gid, h.Uname, h.Gname, h.Format = rel, 0, 0, "", "", tar.FormatPAX
+		// Access and change times change on every read: leave them out so
+		// that an unchanged workspace archives to the same bytes (its
+		// fingerprint).
+		h.AccessTime, h.ChangeTime = time.Time{}, time.Time{}
 		if fi.IsDir() {
 			h.Name += "/"
 		}
@@ -131,6 +135,7 @@ func Rebase(w io.Writer, r io.Reader, skip Skip) (Stats, error) {
 			continue
 		}
 		h.Name, h.Uid, h.Gid, h.Uname, h.Gname, h.Format = rel, 0, 0, "", "", tar.FormatPAX
+		h.AccessTime, h.ChangeTime = time.Time{}, time.Time{}
 		if h.Typeflag == tar.TypeDir {
 			h.Name += "/"
 		}

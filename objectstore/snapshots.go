@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,6 +23,9 @@ const FormatTar = "tar"
 
 // Snapshot describes a stored workspace archive; it is the wire type.
 type Snapshot = commands.Snapshot
+
+// FetchTimeout bounds a download whose context has no deadline.
+const FetchTimeout = 30 * time.Minute
 
 // ChunkSize is the object store chunk size of snapshots and uploads
 // (docs/benchmarks.md has the measurement behind it).
@@ -157,6 +161,13 @@ func (s *Store) fetch(ctx context.Context, name, want string, f *os.File) error 
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
+	}
+	// Without a deadline the object store bounds the whole download by its
+	// default request timeout (seconds); a large snapshot needs longer.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, FetchTimeout)
+		defer cancel()
 	}
 	res, err := s.obs.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {

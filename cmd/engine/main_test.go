@@ -75,6 +75,13 @@ func tour(t *testing.T, url string) {
 		t.Fatalf("ls src = %q, want a long listing of main.py", out)
 	}
 	mustCLI(t, url, "", "sandbox", "rm", id, "a", "-r")
+	snapID := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "persist", id))
+	if commands.CheckToken("snapshot", snapID) != nil {
+		t.Fatalf("persist printed %q, want a snapshot id", snapID)
+	}
+	if out := mustCLI(t, url, "", "sandbox", "hydrate", id, "--snapshot", snapID); out != "2 members, 15 bytes\n" {
+		t.Fatalf("hydrate printed %q", out)
+	}
 	code, _, errs = cli(t, url, "", "sandbox", "read", id, "../etc/passwd")
 	if code != 1 || !strings.HasPrefix(errs, "error: invalid_path: ") {
 		t.Fatalf("read escape = exit %d, stderr %q; want 1 and error: invalid_path", code, errs)
@@ -86,6 +93,9 @@ func tour(t *testing.T, url string) {
 	if out := mustCLI(t, url, "", "sandbox", "running", id); out != "false\n" {
 		t.Fatalf("running after stop = %q, want false", out)
 	}
+	if out := mustCLI(t, url, "", "sandbox", "resume", id); !strings.HasPrefix(out, "running on ") || !strings.Contains(out, "workspace kept") {
+		t.Fatalf("resume after stop printed %q, want running with the workspace kept", out)
+	}
 	mustCLI(t, url, "", "sandbox", "shutdown", id)
 	mustCLI(t, url, "", "sandbox", "delete", id)
 	code, _, errs = cli(t, url, "", "sandbox", "running", id)
@@ -95,8 +105,8 @@ func tour(t *testing.T, url string) {
 
 	out = mustCLI(t, url, "", "events", "tail", "--session", id, "--no-follow", "--json")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 32 { // 16 operations, a start and a finish each
-		t.Fatalf("events tail printed %d lines, want 32:\n%s", len(lines), out)
+	if len(lines) != 38 { // 19 operations, a start and a finish each
+		t.Fatalf("events tail printed %d lines, want 38:\n%s", len(lines), out)
 	}
 	for i, l := range lines {
 		var ev events.Event
