@@ -169,6 +169,19 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (Stats, error) {
 		mtime time.Time
 	}
 	var dirs []dirMode
+	made := map[string]bool{".": true} // directories known to exist
+	mkdirAll := func(d string) error {
+		if made[d] {
+			return nil
+		}
+		if err := root.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		for ; d != "." && !made[d]; d = path.Dir(d) {
+			made[d] = true
+		}
+		return nil
+	}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -184,15 +197,13 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (Stats, error) {
 		if err != nil {
 			return c.stats, err
 		}
-		if dir := path.Dir(name); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return c.stats, extractErr(name, err)
-			}
+		if err := mkdirAll(path.Dir(name)); err != nil {
+			return c.stats, extractErr(name, err)
 		}
 		mode := fs.FileMode(h.Mode).Perm()
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := root.MkdirAll(name, 0o755); err != nil {
+			if err := mkdirAll(name); err != nil {
 				return c.stats, extractErr(name, err)
 			}
 			dirs = append(dirs, dirMode{name, mode, h.ModTime})
