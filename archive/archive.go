@@ -86,8 +86,13 @@ func (c *Checker) Stats() Stats { return c.stats }
 
 // Check validates one member header and returns its clean name. It
 // normalises the header in place (clean names, no owners, permission bits
-// only) so that what is extracted is exactly what was checked.
+// only) so that what is extracted is exactly what was checked. A directory
+// member naming the workspace root itself ("./", as `tar -C dir .` writes)
+// passes with an empty name: callers skip it.
 func (c *Checker) Check(h *tar.Header) (string, error) {
+	if h.Typeflag == tar.TypeDir && path.Clean(h.Name) == "." && !strings.HasPrefix(h.Name, "/") {
+		return "", nil
+	}
 	name, err := cleanName(h.Name)
 	if err != nil {
 		return "", err
@@ -206,8 +211,12 @@ func CopyAs(w io.Writer, r io.Reader, lim Limits, uid, gid int) (Stats, error) {
 			}
 			return c.stats, errcode.Wrap(errcode.InvalidArchive, err, "read archive")
 		}
-		if _, err := c.Check(h); err != nil {
+		name, err := c.Check(h)
+		if err != nil {
 			return c.stats, err
+		}
+		if name == "" {
+			continue // the root itself
 		}
 		h.Uid, h.Gid = uid, gid
 		if err := tw.WriteHeader(h); err != nil {

@@ -105,6 +105,21 @@ func TestBadArchives(t *testing.T) {
 	}
 }
 
+// TestRootEntry: the "./" member `tar -C dir .` writes is skipped, and
+// "./"-prefixed names are taken as workspace-relative.
+func TestRootEntry(t *testing.T) {
+	data := tarOf(t, member{name: "./", typ: tar.TypeDir, mode: 0o755}, member{name: "./docs/", typ: tar.TypeDir, mode: 0o755},
+		member{name: "./docs/readme.txt", typ: tar.TypeReg, data: "hello\n"})
+	root, _ := openRoot(t)
+	st, err := archive.Extract(root, bytes.NewReader(data), archive.Limits{})
+	if err != nil || st.Members != 2 {
+		t.Fatalf("Extract = %+v, %v", st, err)
+	}
+	if got, err := root.ReadFile("docs/readme.txt"); err != nil || string(got) != "hello\n" {
+		t.Fatalf("readme = %q, %v", got, err)
+	}
+}
+
 // TestTruncatedArchive: an archive cut short is invalid, not a panic.
 func TestTruncatedArchive(t *testing.T) {
 	data := tarOf(t, member{name: "a", typ: tar.TypeReg, data: string(make([]byte, 4096))})

@@ -197,6 +197,9 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (Stats, error) {
 		if err != nil {
 			return c.stats, err
 		}
+		if name == "" {
+			continue // the root itself
+		}
 		if err := mkdirAll(path.Dir(name)); err != nil {
 			return c.stats, extractErr(name, err)
 		}
