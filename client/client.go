@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"time"
 
@@ -107,21 +109,95 @@ func (c *Client) Exec(ctx context.Context, id string, args commands.ExecArgs, op
 
 // ReadFile returns a file's content.
 func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
-	var res commands.ReadResult
-	err := c.do(ctx, id, commands.OpRead, commands.PathArgs{Path: path}, &res, 0, nil)
-	return res.Content, err
+	var buf bytes.Buffer
+	if _, err := c.ReadTo(ctx, id, path, &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
-// WriteFile writes a whole file (mode 0: 0644), creating parent
-// directories. Content over commands.InlineLimit is payload_too_large.
+// ReadTo streams a file's content to w and returns its size. A file over
+// the inline limit comes through a temporary object of the workspace
+// bucket, which ReadTo deletes once read.
+func (c *Client) ReadTo(ctx context.Context, id, path string, w io.Writer) (int64, error) {
+	var res commands.ReadResult
+	if err := c.do(ctx, id, commands.OpRead, commands.PathArgs{Path: path}, &res, workspaceTimeout, nil); err != nil {
+		return 0, err
+	}
+	if res.Download == "" {
+		n, err := w.Write(res.Content)
+		return int64(n), err
+	}
+	store, err := c.workspaces(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = store.Delete(context.WithoutCancel(ctx), res.Download) }()
+	n, err := store.Copy(ctx, res.Download, w)
+	if err == nil && n != res.Size {
+		err = errcode.New(errcode.Unavailable, "read %s: got %d of %d bytes", path, n, res.Size)
+	}
+	return n, err
+}
+
+// WriteFile writes a whole file, creating missing parent directories.
+// Content over the inline limit goes through the workspace bucket.
 func (c *Client) WriteFile(ctx context.Context, id, path string, data []byte, mode fs.FileMode) (commands.WriteResult, error) {
+	return c.WriteFrom(ctx, id, path, bytes.NewReader(data), mode)
+}
+
+// WriteFrom writes a whole file with the content of r, streamed: content
+// over the inline limit is uploaded in chunks to a temporary object of the
+// workspace bucket that the node writes from and deletes.
+func (c *Client) WriteFrom(ctx context.Context, id, path string, r io.Reader, mode fs.FileMode) (commands.WriteResult, error) {
 	var res commands.WriteResult
-	args := commands.WriteArgs{Path: path, Content: data, Mode: uint32(mode)}
-	if err := args.Validate(); err != nil {
+	head := make([]byte, commands.InlineLimit+1)
+	n, err := io.ReadFull(r, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return res, errcode.Wrap(errcode.InvalidRequest, err, "read content")
+	}
+	args := commands.WriteArgs{Path: path, Mode: uint32(mode)}
+	if n <= commands.InlineLimit {
+		args.Content = head[:n]
+		if err := args.Validate(); err != nil {
+			return res, err
+		}
+		err := c.do(ctx, id, commands.OpWrite, args, &res, 0, nil)
 		return res, err
 	}
-	err := c.do(ctx, id, commands.OpWrite, args, &res, 0, nil)
-	return res, err
+	if err := commands.CheckToken("session id", id); err != nil {
+		return res, err
+	}
+	store, err := c.workspaces(ctx)
+	if err != nil {
+		return res, err
+	}
+	cr := &countingReader{r: io.MultiReader(bytes.NewReader(head[:n]), r)}
+	name, err := store.Upload(ctx, c.opts.Tenant, uuid.NewString(), cr)
+	if err != nil {
+		return res, err
+	}
+	args.Upload, args.Size = name, cr.n
+	if err := args.Validate(); err != nil {
+		_ = store.Delete(context.WithoutCancel(ctx), name)
+		return res, err
+	}
+	if err := c.do(ctx, id, commands.OpWrite, args, &res, workspaceTimeout, nil); err != nil {
+		_ = store.Delete(context.WithoutCancel(ctx), name)
+		return res, err
+	}
+	return res, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // List returns a directory's entries (a file lists itself).

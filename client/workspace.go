@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/objectstore"
 )
 
@@ -49,11 +50,7 @@ func (c *Client) HydrateFrom(ctx context.Context, id string, r io.Reader, opts .
 	if err := commands.CheckToken("session id", id); err != nil {
 		return commands.HydrateResult{}, err
 	}
-	js, err := jetstream.New(c.nc)
-	if err != nil {
-		return commands.HydrateResult{}, err
-	}
-	store, err := objectstore.Open(ctx, js, "")
+	store, err := c.workspaces(ctx)
 	if err != nil {
 		return commands.HydrateResult{}, err
 	}
@@ -66,6 +63,15 @@ func (c *Client) HydrateFrom(ctx context.Context, id string, r io.Reader, opts .
 		_ = store.Delete(context.WithoutCancel(ctx), name)
 	}
 	return res, err
+}
+
+// workspaces opens the workspace bucket.
+func (c *Client) workspaces(ctx context.Context) (*objectstore.Store, error) {
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Unavailable, err, "jetstream")
+	}
+	return objectstore.Open(ctx, js, "")
 }
 
 // Resume brings a stopped, shut down or lost session back: its node

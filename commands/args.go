@@ -214,20 +214,33 @@ type ReadResult struct {
 	Content []byte `json:"content"`
 	Size    int64  `json:"size"`
 	Mode    uint32 `json:"mode"`
+	// Download names a temporary object of the workspace bucket that holds
+	// the content of a file over the inline limit (Content is then empty);
+	// the reader fetches and deletes it.
+	Download string `json:"download,omitempty"`
+	SHA256   string `json:"sha256,omitempty"`
 }
 
 // WriteArgs writes a whole file (op write), creating missing parent
 // directories. Mode 0 means 0644.
 type WriteArgs struct {
 	Path    string `json:"path"`
-	Content []byte `json:"content"`
+	Content []byte `json:"content,omitempty"`
 	Mode    uint32 `json:"mode,omitempty"`
+	// Upload names a temporary object of the workspace bucket holding the
+	// content of a file over the inline limit, Size bytes long; the node
+	// deletes it once written.
+	Upload string `json:"upload,omitempty"`
+	Size   int64  `json:"size,omitempty"`
 }
 
 // Validate checks the write arguments.
 func (a *WriteArgs) Validate() error {
 	if len(a.Content) > InlineLimit {
-		return errcode.New(errcode.PayloadTooLarge, "content of %d bytes exceeds the inline limit of %d", len(a.Content), InlineLimit)
+		return errcode.New(errcode.PayloadTooLarge, "content of %d bytes exceeds the inline limit of %d; send it as an upload", len(a.Content), InlineLimit)
+	}
+	if a.Upload != "" && (len(a.Content) > 0 || a.Size < 0 || a.Size > MaxFileBytes) {
+		return errcode.New(errcode.InvalidRequest, "an upload takes no inline content and a size within 0..%d", int64(MaxFileBytes))
 	}
 	if a.Mode&^0o7777 != 0 {
 		return errcode.New(errcode.InvalidRequest, "mode %o has bits outside 07777", a.Mode)

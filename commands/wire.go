@@ -16,8 +16,11 @@ const (
 	// MaxRequestBytes is the largest command body a server accepts.
 	MaxRequestBytes = 1 << 20
 	// InlineLimit is the largest file content carried inside a read reply or
-	// a write request. Larger files are refused with payload_too_large.
+	// a write request. Larger files travel through a temporary object of the
+	// workspace bucket (WriteArgs.Upload, ReadResult.Download).
 	InlineLimit = 512 << 10
+	// MaxFileBytes bounds a file read or written through the object store.
+	MaxFileBytes = 8 << 30
 	// MaxOutputBytes is the most stdout (and, separately, stderr) an exec
 	// reply carries; more is truncated and flagged.
 	MaxOutputBytes = 256 << 10

@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"io/fs"
+	"os"
 	"sort"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
@@ -317,14 +320,57 @@ func (a *Agent) opRead(ctx context.Context, m *nats.Msg, s *session) {
 	}
 	a.run(ctx, m, s, req, commands.OpRead, args, func(ctx context.Context) (outcome, error) {
 		b, mode, err := s.sandbox().ReadFile(ctx, args.Path, commands.InlineLimit)
+		if errcode.Of(err) == errcode.PayloadTooLarge {
+			return a.readLarge(ctx, s, args.Path)
+		}
 		if err != nil {
 			return outcome{}, err
 		}
+		sum := digest(b)
 		return outcome{
-			result: commands.ReadResult{Content: b, Size: int64(len(b)), Mode: uint32(mode.Perm())},
-			data:   fileData{Path: args.Path, Size: int64(len(b)), SHA256: digest(b)},
+			result: commands.ReadResult{Content: b, Size: int64(len(b)), Mode: uint32(mode.Perm()), SHA256: sum},
+			data:   fileData{Path: args.Path, Size: int64(len(b)), SHA256: sum},
 		}, nil
 	})
+}
+
+// readLarge streams a file over the inline limit into a temporary object
+// of the workspace bucket, which the reader fetches and deletes.
+func (a *Agent) readLarge(ctx context.Context, s *session, p string) (outcome, error) {
+	store, err := a.workspaces(ctx)
+	if err != nil {
+		return outcome{}, err
+	}
+	pr, pw := io.Pipe()
+	h := sha256.New()
+	type read struct {
+		n    int64
+		mode fs.FileMode
+		err  error
+	}
+	done := make(chan read, 1)
+	go func() { // ends when the file is read or the upload stops reading
+		n, mode, err := s.sandbox().ReadFileTo(ctx, p, io.MultiWriter(pw, h), commands.MaxFileBytes)
+		pw.CloseWithError(err)
+		done <- read{n, mode, err}
+	}()
+	name, err := store.Upload(ctx, s.tenant, uuid.NewString(), pr)
+	pr.CloseWithError(err)
+	rd := <-done
+	if rd.err != nil {
+		if name != "" {
+			_ = store.Delete(context.WithoutCancel(ctx), name)
+		}
+		return outcome{}, rd.err
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	return outcome{
+		result: commands.ReadResult{Size: rd.n, Mode: uint32(rd.mode.Perm()), Download: name, SHA256: sum},
+		data:   fileData{Path: p, Size: rd.n, SHA256: sum},
+	}, nil
 }
 
 func (a *Agent) opWrite(ctx context.Context, m *nats.Msg, s *session) {
@@ -337,11 +383,54 @@ func (a *Agent) opWrite(ctx context.Context, m *nats.Msg, s *session) {
 	if mode == 0 {
 		mode = 0o644
 	}
+	if args.Upload != "" {
+		a.writeLarge(ctx, m, s, req, args, mode)
+		return
+	}
 	d := fileData{Path: args.Path, Size: int64(len(args.Content)), SHA256: digest(args.Content), Mode: uint32(mode)}
 	a.run(ctx, m, s, req, commands.OpWrite, d, func(ctx context.Context) (outcome, error) {
 		if err := s.sandbox().WriteFile(ctx, args.Path, args.Content, mode); err != nil {
 			return outcome{}, err
 		}
+		return outcome{result: commands.WriteResult{Size: d.Size, SHA256: d.SHA256}, data: d}, nil
+	})
+}
+
+// writeLarge writes a file whose content a client uploaded to the
+// workspace bucket: it downloads it to a temporary file (digest checked),
+// streams it into the sandbox and deletes the upload.
+func (a *Agent) writeLarge(ctx context.Context, m *nats.Msg, s *session, req commands.Request, args commands.WriteArgs, mode fs.FileMode) {
+	start := fileData{Path: args.Path, Size: args.Size, Mode: uint32(mode)}
+	a.run(ctx, m, s, req, commands.OpWrite, start, func(ctx context.Context) (outcome, error) {
+		store, err := a.workspaces(ctx)
+		if err != nil {
+			return outcome{}, err
+		}
+		f, err := os.CreateTemp("", "paddock-write-*")
+		if err != nil {
+			return outcome{}, errcode.Wrap(errcode.Internal, err, "temporary file")
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		sum, err := store.FetchObject(ctx, args.Upload, f)
+		if errcode.Of(err) == errcode.SnapshotNotFound {
+			return outcome{}, errcode.New(errcode.NotFound, "no upload %s", args.Upload)
+		}
+		if err != nil {
+			return outcome{}, err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			return outcome{}, errcode.Wrap(errcode.Internal, err, "temporary file")
+		}
+		if fi.Size() != args.Size {
+			return outcome{}, errcode.New(errcode.InvalidRequest, "the upload holds %d bytes, the write says %d", fi.Size(), args.Size)
+		}
+		if err := s.sandbox().WriteFileFrom(ctx, args.Path, f, args.Size, mode); err != nil {
+			return outcome{}, err
+		}
+		_ = store.Delete(context.WithoutCancel(ctx), args.Upload)
+		d := fileData{Path: args.Path, Size: args.Size, SHA256: sum, Mode: uint32(mode)}
 		return outcome{result: commands.WriteResult{Size: d.Size, SHA256: d.SHA256}, data: d}, nil
 	})
 }

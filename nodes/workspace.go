@@ -96,7 +96,7 @@ func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, sna
 	defer os.Remove(f.Name())
 	defer f.Close()
 	if upload != "" {
-		err = store.FetchObject(ctx, upload, f)
+		_, err = store.FetchObject(ctx, upload, f)
 	} else {
 		_, err = store.Fetch(ctx, s.tenant, s.id, snapshotID, f)
 	}

@@ -3,6 +3,7 @@ package nodes_test
 import (
 	"archive/tar"
 	"bytes"
+	cryptorand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -258,6 +259,48 @@ func TestHydrateBadArchives(t *testing.T) {
 			}
 			if _, err := st.Client.ReadFile(ctx, s.SessionID, "keep.txt"); errcode.Of(err) != errcode.NotFound {
 				t.Fatalf("keep.txt after hydrate: %v, want not_found (replaced)", err)
+			}
+			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestLargeFiles: files over the inline limit are written and read
+// through the workspace bucket, byte for byte, on both runtimes, and no
+// temporary object is left behind.
+func TestLargeFiles(t *testing.T) {
+	for _, k := range runtimeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			image := k.image(t)
+			node := "lf-" + uuid.NewString()[:8]
+			st := testenv.StartStack(t, testenv.StackOptions{Node: nodes.Config{ID: node}, Runtimes: []runtime.Runtime{k.make(t, node)}})
+			ctx := testenv.Context(t, 3*time.Minute)
+			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image})
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := make([]byte, 3<<20+17)
+			_, _ = cryptorand.Read(data)
+			wr, err := st.Client.WriteFile(ctx, s.SessionID, "big/blob.bin", data, 0o600)
+			if err != nil || wr.Size != int64(len(data)) {
+				t.Fatalf("write = %+v, %v", wr, err)
+			}
+			got, err := st.Client.ReadFile(ctx, s.SessionID, "big/blob.bin")
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read back %d bytes (%v), want the %d written", len(got), err, len(data))
+			}
+			res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: "stat -c '%s %a' big/blob.bin"})
+			if err != nil || string(res.Stdout) != "3145745 600\n" {
+				t.Fatalf("in the sandbox: %q, %v", res.Stdout, err)
+			}
+			obs, err := st.JS.ObjectStore(ctx, "sbx_workspaces")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if list, err := obs.List(ctx); err == nil && len(list) > 0 {
+				t.Fatalf("%d temporary objects left, first %s", len(list), list[0].Name)
 			}
 			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
 				t.Fatal(err)

@@ -150,17 +150,22 @@ func (s *Store) Fetch(ctx context.Context, tenant, session, id string, f *os.Fil
 }
 
 // FetchObject downloads any object of the bucket (an upload) into f,
-// verifying the store's own digest.
-func (s *Store) FetchObject(ctx context.Context, name string, f *os.File) error {
-	return s.fetch(ctx, name, "", f)
+// verifying the store's own digest, and returns the content's hex sha256.
+func (s *Store) FetchObject(ctx context.Context, name string, f *os.File) (string, error) {
+	return s.fetchSum(ctx, name, "", f)
 }
 
 func (s *Store) fetch(ctx context.Context, name, want string, f *os.File) error {
+	_, err := s.fetchSum(ctx, name, want, f)
+	return err
+}
+
+func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File) (string, error) {
 	if err := f.Truncate(0); err != nil {
-		return err
+		return "", err
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
+		return "", err
 	}
 	// Without a deadline the object store bounds the whole download by its
 	// default request timeout (seconds); a large snapshot needs longer.
@@ -171,27 +176,28 @@ func (s *Store) fetch(ctx context.Context, name, want string, f *os.File) error 
 	}
 	res, err := s.obs.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return errcode.New(errcode.SnapshotNotFound, "no object %s", name)
+		return "", errcode.New(errcode.SnapshotNotFound, "no object %s", name)
 	}
 	if err != nil {
-		return errcode.Wrap(errcode.Unavailable, err, "open "+name)
+		return "", errcode.Wrap(errcode.Unavailable, err, "open "+name)
 	}
 	defer res.Close()
 	h := sha256.New()
 	// The object store checks its own digest when the last chunk is read.
 	if _, err := io.Copy(io.MultiWriter(f, h), res); err != nil {
 		if errors.Is(err, jetstream.ErrDigestMismatch) || errors.Is(err, jetstream.ErrObjectNotFound) {
-			return errcode.Wrap(errcode.SnapshotCorrupt, err, name)
+			return "", errcode.Wrap(errcode.SnapshotCorrupt, err, name)
 		}
-		return errcode.Wrap(errcode.Unavailable, err, "read "+name)
+		return "", errcode.Wrap(errcode.Unavailable, err, "read "+name)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); want != "" && got != want {
-		return errcode.New(errcode.SnapshotCorrupt, "%s has sha256 %s, recorded %s", name, got, want)
+	got := hex.EncodeToString(h.Sum(nil))
+	if want != "" && got != want {
+		return "", errcode.New(errcode.SnapshotCorrupt, "%s has sha256 %s, recorded %s", name, got, want)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("rewind %s: %w", f.Name(), err)
+		return "", fmt.Errorf("rewind %s: %w", f.Name(), err)
 	}
-	return nil
+	return got, nil
 }
 
 // Upload stores r as a temporary object under uploads/ (for archives and
@@ -202,6 +208,29 @@ func (s *Store) Upload(ctx context.Context, tenant, id string, r io.Reader) (str
 		return "", errcode.Wrap(errcode.Unavailable, err, "upload")
 	}
 	return name, nil
+}
+
+// Copy streams an object of the bucket (a download) to w, verifying the
+// store's digest at the end.
+func (s *Store) Copy(ctx context.Context, name string, w io.Writer) (int64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, FetchTimeout)
+		defer cancel()
+	}
+	res, err := s.obs.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return 0, errcode.New(errcode.NotFound, "no object %s", name)
+	}
+	if err != nil {
+		return 0, errcode.Wrap(errcode.Unavailable, err, "open "+name)
+	}
+	defer res.Close()
+	n, err := io.Copy(w, res)
+	if err != nil {
+		return n, errcode.Wrap(errcode.Unavailable, err, "read "+name)
+	}
+	return n, nil
 }
 
 // Delete removes an object (an upload once used).

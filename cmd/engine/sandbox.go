@@ -145,21 +145,12 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		}
 		return nil
 	case "write":
-		data, err := io.ReadAll(io.LimitReader(stdin, commands.InlineLimit+1))
-		if err != nil {
-			return errcode.Wrap(errcode.InvalidRequest, err, "read stdin")
-		}
-		if len(data) > commands.InlineLimit {
-			return errcode.New(errcode.PayloadTooLarge, "stdin holds more than the inline limit of %d bytes", commands.InlineLimit)
-		}
-		_, err = c.WriteFile(ctx, pos[0], pos[1], data, fs0(mode))
+		// Content streams: over the inline limit it goes through the
+		// workspace bucket in chunks.
+		_, err := c.WriteFrom(ctx, pos[0], pos[1], stdin, fs0(mode))
 		return err
 	case "read":
-		data, err := c.ReadFile(ctx, pos[0], pos[1])
-		if err != nil {
-			return err
-		}
-		_, err = stdout.Write(data)
+		_, err := c.ReadTo(ctx, pos[0], pos[1], stdout)
 		return err
 	case "ls":
 		p := ""

@@ -63,9 +63,17 @@ type Sandbox interface {
 	// ReadFile returns a regular file's content and permission bits. A file
 	// larger than limit is payload_too_large.
 	ReadFile(ctx context.Context, path string, limit int64) ([]byte, fs.FileMode, error)
-	// WriteFile replaces a file's content atomically, creating missing
-	// parent directories.
+	// ReadFileTo streams a regular file's content to w and returns its
+	// size and permission bits; a file over limit is payload_too_large
+	// before anything is written.
+	ReadFileTo(ctx context.Context, path string, w io.Writer, limit int64) (int64, fs.FileMode, error)
+	// WriteFile replaces a file's content (atomically where the runtime
+	// can: local renames; Docker's archive copy replaces in place),
+	// creating missing parent directories.
 	WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error
+	// WriteFileFrom is WriteFile with the content streamed from r, which
+	// holds exactly size bytes.
+	WriteFileFrom(ctx context.Context, path string, r io.Reader, size int64, mode fs.FileMode) error
 	// List returns a directory's entries sorted by name (a file lists itself).
 	List(ctx context.Context, path string) ([]commands.Entry, error)
 	// Remove removes a file or an empty directory, or a whole tree when

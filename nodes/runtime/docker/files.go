@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"path"
@@ -126,47 +127,65 @@ func (s *Sandbox) containerGone(ctx context.Context) bool {
 // ReadFile returns a regular file's content and permission bits; a file
 // over limit is payload_too_large.
 func (s *Sandbox) ReadFile(ctx context.Context, p string, limit int64) ([]byte, fs.FileMode, error) {
-	r, err := s.resolve(ctx, p)
+	var buf bytes.Buffer
+	_, mode, err := s.ReadFileTo(ctx, p, &buf, limit)
 	if err != nil {
 		return nil, 0, err
 	}
+	return buf.Bytes(), mode, nil
+}
+
+// ReadFileTo streams a regular file's content to w and returns its size
+// and permission bits; a file over limit is payload_too_large before
+// anything is written.
+func (s *Sandbox) ReadFileTo(ctx context.Context, p string, w io.Writer, limit int64) (int64, fs.FileMode, error) {
+	r, err := s.resolve(ctx, p)
+	if err != nil {
+		return 0, 0, err
+	}
 	switch {
 	case r.missing != "":
-		return nil, 0, errcode.New(errcode.NotFound, "read: %s does not exist", r.rel)
+		return 0, 0, errcode.New(errcode.NotFound, "read: %s does not exist", r.rel)
 	case r.stat.Mode.IsDir():
-		return nil, 0, errcode.New(errcode.InvalidRequest, "read: %s is a directory", r.rel)
+		return 0, 0, errcode.New(errcode.InvalidRequest, "read: %s is a directory", r.rel)
 	case !r.stat.Mode.IsRegular():
-		return nil, 0, errcode.New(errcode.InvalidRequest, "read: %s is not a regular file", r.rel)
+		return 0, 0, errcode.New(errcode.InvalidRequest, "read: %s is not a regular file", r.rel)
 	case r.stat.Size > limit:
-		return nil, 0, errcode.New(errcode.PayloadTooLarge, "read: %s has %d bytes, over the limit of %d", r.rel, r.stat.Size, limit)
+		return 0, 0, errcode.New(errcode.PayloadTooLarge, "read: %s has %d bytes, over the limit of %d", r.rel, r.stat.Size, limit)
 	}
 	rc, _, err := s.r.cli.CopyFromContainer(ctx, s.id, r.abs)
 	if err != nil {
-		return nil, 0, s.r.wrap(err, "read "+r.rel)
+		return 0, 0, s.r.wrap(err, "read "+r.rel)
 	}
 	defer rc.Close()
 	tr := tar.NewReader(rc)
 	hdr, err := tr.Next()
 	if err != nil {
-		return nil, 0, s.r.wrap(err, "read "+r.rel)
+		return 0, 0, s.r.wrap(err, "read "+r.rel)
 	}
 	if hdr.Typeflag != tar.TypeReg {
-		return nil, 0, errcode.New(errcode.InvalidRequest, "read: %s changed into something other than a file", r.rel)
+		return 0, 0, errcode.New(errcode.InvalidRequest, "read: %s changed into something other than a file", r.rel)
 	}
-	data, err := io.ReadAll(io.LimitReader(tr, limit+1))
+	if hdr.Size > limit {
+		return 0, 0, errcode.New(errcode.PayloadTooLarge, "read: %s grew over the limit of %d bytes", r.rel, limit)
+	}
+	n, err := io.Copy(w, tr)
 	if err != nil {
-		return nil, 0, s.r.wrap(err, "read "+r.rel)
+		return n, 0, s.r.wrap(err, "read "+r.rel)
 	}
-	if int64(len(data)) > limit {
-		return nil, 0, errcode.New(errcode.PayloadTooLarge, "read: %s grew over the limit of %d bytes", r.rel, limit)
-	}
-	return data, hdr.FileInfo().Mode().Perm(), nil
+	return n, hdr.FileInfo().Mode().Perm(), nil
 }
 
 // WriteFile replaces a file's content, creating missing parent
 // directories; the file and the directories belong to the sandbox user.
 // An existing directory is invalid_request, the workspace root invalid_path.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	return s.WriteFileFrom(ctx, p, bytes.NewReader(data), int64(len(data)), mode)
+}
+
+// WriteFileFrom is WriteFile with the content streamed from r, which must
+// hold exactly size bytes.
+func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode) error {
 	r, err := s.resolve(ctx, p)
 	if err != nil {
 		return err
@@ -186,7 +205,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 	} else if !r.stat.Mode.IsDir() {
 		return errcode.New(errcode.InvalidRequest, "write: a parent of %s is not a directory", r.rel)
 	}
-	return s.copyIn(ctx, "write "+r.rel, dst, name, data, mode)
+	return s.copyIn(ctx, "write "+r.rel, dst, name, src, size, mode)
 }
 
 // Mkdir makes a directory (mode 0755, owned by the sandbox user); with
@@ -206,30 +225,47 @@ func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
 	case !parents && strings.Contains(r.missing, "/"):
 		return errcode.New(errcode.NotFound, "mkdir: the parent of %s does not exist", r.rel)
 	}
-	return s.copyIn(ctx, "mkdir "+r.rel, r.abs, r.missing+"/", nil, 0)
+	return s.copyIn(ctx, "mkdir "+r.rel, r.abs, r.missing+"/", nil, 0, 0)
 }
 
 // copyIn extracts into dir (an existing directory, symlinks resolved) the
-// entry name: a directory when name ends in "/", else a file with data.
-// Missing directories on the way are made first. Everything belongs to
-// the sandbox user.
-func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data []byte, mode fs.FileMode) error {
+// entry name: a directory when name ends in "/", else a file of size bytes
+// streamed from data. Missing directories on the way are made first.
+// Everything belongs to the sandbox user.
+func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Reader, size int64, mode fs.FileMode) error {
 	o, err := s.owner(ctx)
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	pr, pw := io.Pipe()
+	go func() { // ends when the archive is written or the copy stops reading
+		pw.CloseWithError(writeEntry(pw, name, data, size, mode, o))
+	}()
+	// Without CopyUIDGID the daemon keeps the archive's owners (with it, it
+	// would chown to the container's user as the host's passwd names it).
+	err = s.r.cli.CopyToContainer(ctx, s.id, dir, pr, container.CopyToContainerOptions{})
+	pr.CloseWithError(err)
+	if err != nil {
+		if errcode.Of(err) == errcode.InvalidRequest {
+			return err
+		}
+		return s.r.wrap(err, what)
+	}
+	return nil
+}
+
+// writeEntry writes the tar archive copyIn extracts.
+func writeEntry(w io.Writer, name string, data io.Reader, size int64, mode fs.FileMode, o owner) error {
+	tw := tar.NewWriter(w)
 	now := time.Now()
 	comps := strings.Split(strings.TrimSuffix(name, "/"), "/")
 	for i := range comps {
-		isLast := i == len(comps)-1
 		hdr := &tar.Header{
 			Name: strings.Join(comps[:i+1], "/"), Uid: o.uid, Gid: o.gid, ModTime: now,
 			Typeflag: tar.TypeDir, Mode: 0o755,
 		}
-		if isLast && !strings.HasSuffix(name, "/") {
-			hdr.Typeflag, hdr.Mode, hdr.Size = tar.TypeReg, int64(mode.Perm()), int64(len(data))
+		if i == len(comps)-1 && !strings.HasSuffix(name, "/") {
+			hdr.Typeflag, hdr.Mode, hdr.Size = tar.TypeReg, int64(mode.Perm()), size
 		} else {
 			hdr.Name += "/"
 		}
@@ -237,21 +273,12 @@ func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data []byt
 			return err
 		}
 		if hdr.Typeflag == tar.TypeReg {
-			if _, err := tw.Write(data); err != nil {
-				return err
+			if n, err := io.CopyN(tw, data, size); err != nil {
+				return errcode.Wrap(errcode.InvalidRequest, err, fmt.Sprintf("write: %d of %d bytes arrived", n, size))
 			}
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	// Without CopyUIDGID the daemon keeps the archive's owners (with it, it
-	// would chown to the container's user as the host's passwd names it).
-	err = s.r.cli.CopyToContainer(ctx, s.id, dir, &buf, container.CopyToContainerOptions{})
-	if err != nil {
-		return s.r.wrap(err, what)
-	}
-	return nil
+	return tw.Close()
 }
 
 // List returns a directory's entries sorted by name, or a file's (or

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -29,38 +30,47 @@ import (
 // directory or other non-regular file invalid_request, and a file larger
 // than limit payload_too_large.
 func (s *Sandbox) ReadFile(ctx context.Context, p string, limit int64) ([]byte, fs.FileMode, error) {
-	root, rel, err := s.resolve(p)
+	var buf bytes.Buffer
+	_, mode, err := s.ReadFileTo(ctx, p, &buf, limit)
 	if err != nil {
 		return nil, 0, err
+	}
+	return buf.Bytes(), mode, nil
+}
+
+// ReadFileTo streams a regular file's content to w and returns its size
+// and permission bits; a file over limit is payload_too_large before
+// anything is written.
+func (s *Sandbox) ReadFileTo(ctx context.Context, p string, w io.Writer, limit int64) (int64, fs.FileMode, error) {
+	root, rel, err := s.resolve(p)
+	if err != nil {
+		return 0, 0, err
 	}
 	// O_NONBLOCK: opening a FIFO a command planted must not block; it is
 	// refused below as not regular.
 	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, 0, s.fsErr(err, rel, "read")
+		return 0, 0, s.fsErr(err, rel, "read")
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, 0, s.fsErr(err, rel, "read")
+		return 0, 0, s.fsErr(err, rel, "read")
 	}
 	switch {
 	case fi.IsDir():
-		return nil, 0, errcode.New(errcode.InvalidRequest, "read: %s is a directory", rel)
+		return 0, 0, errcode.New(errcode.InvalidRequest, "read: %s is a directory", rel)
 	case !fi.Mode().IsRegular():
-		return nil, 0, errcode.New(errcode.InvalidRequest, "read: %s is not a regular file", rel)
+		return 0, 0, errcode.New(errcode.InvalidRequest, "read: %s is not a regular file", rel)
 	case fi.Size() > limit:
-		return nil, 0, errcode.New(errcode.PayloadTooLarge, "read: %s has %d bytes, over the limit of %d", rel, fi.Size(), limit)
+		return 0, 0, errcode.New(errcode.PayloadTooLarge, "read: %s has %d bytes, over the limit of %d", rel, fi.Size(), limit)
 	}
-	var buf bytes.Buffer
-	buf.Grow(int(fi.Size()))
-	if _, err := buf.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
-		return nil, 0, s.fsErr(err, rel, "read")
+	// A file that grows while read is cut at its size when opened.
+	n, err := io.CopyN(w, f, fi.Size())
+	if err != nil && !errors.Is(err, io.EOF) {
+		return n, 0, s.fsErr(err, rel, "read")
 	}
-	if int64(buf.Len()) > limit { // grew since the stat
-		return nil, 0, errcode.New(errcode.PayloadTooLarge, "read: %s grew over the limit of %d bytes", rel, limit)
-	}
-	return buf.Bytes(), fi.Mode().Perm(), nil
+	return n, fi.Mode().Perm(), nil
 }
 
 // WriteFile replaces a file atomically with data and sets its mode exactly
@@ -68,6 +78,12 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string, limit int64) ([]byte, 
 // beside the target and renames it over. The workspace root or a path
 // outside it is invalid_path; an existing directory is invalid_request.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	return s.WriteFileFrom(ctx, p, bytes.NewReader(data), int64(len(data)), mode)
+}
+
+// WriteFileFrom is WriteFile with the content streamed from r, which must
+// hold exactly size bytes.
+func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, r io.Reader, size int64, mode fs.FileMode) error {
 	root, rel, err := s.resolve(p)
 	if err != nil {
 		return err
@@ -90,7 +106,10 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 	if err != nil {
 		return s.fsErr(err, rel, "write")
 	}
-	_, err = f.Write(data)
+	n, err := io.CopyN(f, r, size)
+	if err != nil {
+		err = errcode.Wrap(errcode.InvalidRequest, err, fmt.Sprintf("write: %d of %d bytes arrived", n, size))
+	}
 	if err == nil {
 		err = f.Chmod(mode) // fchmod: the umask does not apply
 	}
@@ -102,6 +121,9 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 	}
 	if err != nil {
 		_ = root.Remove(tmp)
+		if errcode.Of(err) == errcode.InvalidRequest {
+			return err
+		}
 		return s.fsErr(err, rel, "write")
 	}
 	return nil
