@@ -319,9 +319,18 @@ func TestBadInput(t *testing.T) {
 	if _, err := c.Running(ctx, "no-such-session"); !errors.Is(err, errcode.ErrSessionNotFound) {
 		t.Fatalf("unknown session: got %v, want session_not_found", err)
 	}
-	// A request over the NATS max payload is refused before it is sent.
-	if _, err := c.WriteFile(ctx, victim.SessionID, "huge", make([]byte, 2<<20), 0); !errors.Is(err, errcode.ErrPayloadTooLarge) {
-		t.Fatalf("2 MiB write: got %v, want payload_too_large", err)
+	// A request over the NATS max payload is refused before it is sent
+	// (WriteFile would send such content through the workspace bucket).
+	if err := c.Do(ctx, victim.SessionID, commands.OpWrite, commands.WriteArgs{Path: "huge", Content: make([]byte, 2<<20)}, nil); !errors.Is(err, errcode.ErrPayloadTooLarge) {
+		t.Fatalf("2 MiB inline write: got %v, want payload_too_large", err)
+	}
+	// Inline content over the inline limit is refused by the node too.
+	if err := c.Do(ctx, victim.SessionID, commands.OpWrite, commands.WriteArgs{Path: "big", Content: make([]byte, commands.InlineLimit+1)}, nil); !errors.Is(err, errcode.ErrPayloadTooLarge) {
+		t.Fatalf("inline write over the limit: got %v, want payload_too_large", err)
+	}
+	// An upload that does not exist.
+	if err := c.Do(ctx, victim.SessionID, commands.OpWrite, commands.WriteArgs{Path: "big", Upload: "uploads/default/nope", Size: 10}, nil); !errors.Is(err, errcode.ErrNotFound) {
+		t.Fatalf("write from a missing upload: got %v, want not_found", err)
 	}
 	// The bystander is untouched.
 	got, err := c.ReadFile(ctx, bystander.SessionID, "keep.txt")
