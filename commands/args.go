@@ -52,7 +52,28 @@ type CreateArgs struct {
 	// PidsLimit caps the number of processes in the sandbox (0: the node's
 	// default).
 	PidsLimit int64 `json:"pids_limit,omitempty"`
+	// Manifest lists files and directories to materialise in the workspace
+	// when the sandbox is created.
+	Manifest []ManifestEntry `json:"manifest,omitempty"`
 }
+
+// ManifestEntry is a file or directory a create materialises. The create
+// event records its path, size, digest, mode and flags, never its content.
+type ManifestEntry struct {
+	// Path is a workspace path.
+	Path string `json:"path"`
+	// Dir makes a directory (with parents) instead of a file.
+	Dir     bool   `json:"dir,omitempty"`
+	Content []byte `json:"content,omitempty"`
+	// Mode of the file (0: 0644).
+	Mode uint32 `json:"mode,omitempty"`
+	// Ephemeral entries are materialised but never persisted: snapshots
+	// leave them (and, for a directory, everything in it) out.
+	Ephemeral bool `json:"ephemeral,omitempty"`
+}
+
+// MaxManifestEntries bounds a create's manifest.
+const MaxManifestEntries = 1000
 
 // Validate checks the spec's values and returns an invalid_request error
 // naming the first bad one.
@@ -97,6 +118,14 @@ func (a *CreateArgs) Validate() error {
 	}
 	if a.MemoryBytes > 0 && a.MemoryBytes < 4<<20 {
 		return errcode.New(errcode.InvalidRequest, "memory %d is below the 4 MiB minimum", a.MemoryBytes)
+	}
+	if len(a.Manifest) > MaxManifestEntries {
+		return errcode.New(errcode.InvalidRequest, "more than %d manifest entries", MaxManifestEntries)
+	}
+	for _, e := range a.Manifest {
+		if e.Path == "" || strings.HasPrefix(e.Path, "/") || strings.ContainsRune(e.Path, 0) || e.Mode&^0o7777 != 0 || (e.Dir && len(e.Content) > 0) {
+			return errcode.New(errcode.InvalidRequest, "manifest entry %q: want a relative path, mode bits only, and no content for a directory", e.Path)
+		}
 	}
 	if a.PidsLimit < 0 || a.PidsLimit > MaxPids {
 		return errcode.New(errcode.InvalidRequest, "pids_limit %d is outside 0..%d", a.PidsLimit, MaxPids)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path"
 	"time"
 
 	"github.com/google/uuid"
@@ -135,6 +136,17 @@ func placement(evs []events.Event) (string, uint64) {
 	return node, epoch
 }
 
+// ephemeralPaths returns the ephemeral paths of a recorded manifest.
+func ephemeralPaths(m []manifestRecord) []string {
+	var out []string
+	for _, r := range m {
+		if r.Ephemeral {
+			out = append(out, path.Clean(r.Path))
+		}
+	}
+	return out
+}
+
 // lastSnapshot returns the newest snapshot a session's events recorded.
 func lastSnapshot(evs []events.Event) *commands.Snapshot {
 	var last *commands.Snapshot
@@ -174,7 +186,7 @@ func (a *Agent) adoptOne(ctx context.Context, rtName string, fd runtime.Found, j
 		tenant: fd.Tenant, id: fd.SessionID, runtime: rtName, root: cs.WorkspaceRoot,
 		redact: newRedactor(secrets), status: j.state.Status, results: map[string]*cmdResult{},
 		seq: j.state.LastSeq, lastStreamSeq: j.tail.StreamSeq, lastHash: j.tail.Hash, sb: fd.Sandbox,
-		epoch: fd.Epoch, lastSnap: lastSnapshot(j.evs),
+		epoch: fd.Epoch, lastSnap: lastSnapshot(j.evs), ephemeral: ephemeralPaths(cs.Manifest),
 		spec: runtime.Spec{
 			Tenant: fd.Tenant, SessionID: fd.SessionID, Node: a.cfg.ID, Epoch: fd.Epoch, Image: cs.Image,
 			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: cs.WorkspaceRoot,

@@ -4,14 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"sort"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -32,7 +35,54 @@ type createData struct {
 	Network       bool              `json:"network,omitempty"`
 	User          string            `json:"user,omitempty"`
 	PidsLimit     int64             `json:"pids_limit,omitempty"`
+	Manifest      []manifestRecord  `json:"manifest,omitempty"`
 	Epoch         uint64            `json:"epoch"`
+}
+
+// manifestRecord is a manifest entry as the create event records it:
+// without its content.
+type manifestRecord struct {
+	Path      string `json:"path"`
+	Dir       bool   `json:"dir,omitempty"`
+	Size      int    `json:"size,omitempty"`
+	SHA256    string `json:"sha256,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	Ephemeral bool   `json:"ephemeral,omitempty"`
+}
+
+// materialise writes a create's manifest into a new sandbox.
+func materialise(ctx context.Context, sb runtime.Sandbox, manifest []commands.ManifestEntry) error {
+	for _, e := range manifest {
+		if e.Dir {
+			if err := sb.Mkdir(ctx, e.Path, true); err != nil {
+				return fmt.Errorf("manifest %s: %w", e.Path, err)
+			}
+			continue
+		}
+		mode := fs.FileMode(e.Mode)
+		if mode == 0 {
+			mode = 0o644
+		}
+		if err := sb.WriteFile(ctx, e.Path, e.Content, mode); err != nil {
+			return fmt.Errorf("manifest %s: %w", e.Path, err)
+		}
+	}
+	return nil
+}
+
+// ephemeralSkip returns the archive.Skip that leaves ephemeral paths out.
+func ephemeralSkip(paths []string) archive.Skip {
+	if len(paths) == 0 {
+		return nil
+	}
+	return func(rel string) bool {
+		for _, p := range paths {
+			if rel == p {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 type statusData struct {
@@ -105,6 +155,16 @@ func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
 		CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root, Epoch: 1,
 		Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit,
 	}
+	for _, e := range spec.Manifest {
+		r := manifestRecord{Path: e.Path, Dir: e.Dir, Mode: e.Mode, Ephemeral: e.Ephemeral}
+		if !e.Dir {
+			r.Size, r.SHA256 = len(e.Content), digest(e.Content)
+		}
+		start.Manifest = append(start.Manifest, r)
+		if e.Ephemeral {
+			s.ephemeral = append(s.ephemeral, path.Clean(e.Path))
+		}
+	}
 	a.run(ctx, m, s, req, commands.OpCreate, start, func(ctx context.Context) (outcome, error) {
 		rspec := runtime.Spec{
 			Tenant: p.Tenant, SessionID: p.SessionID, Node: a.cfg.ID, Epoch: 1, Image: spec.Image,
@@ -116,6 +176,10 @@ func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
 		s.mu.Unlock()
 		sb, err := rt.Create(ctx, rspec)
 		if err != nil {
+			return outcome{}, err
+		}
+		if err := materialise(ctx, sb, spec.Manifest); err != nil {
+			_ = sb.Shutdown(context.WithoutCancel(ctx))
 			return outcome{}, err
 		}
 		sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(p.Tenant, p.SessionID), a.dispatch(a.sessionHandler(s)))

@@ -117,7 +117,7 @@ func (a *Agent) takeOver(ctx context.Context, p commands.ResumePlacement) (*sess
 		tenant: p.Tenant, id: p.SessionID, runtime: cs.Runtime, root: cs.WorkspaceRoot,
 		redact: newRedactor(secrets), status: st.Status, results: map[string]*cmdResult{},
 		seq: st.LastSeq, lastStreamSeq: tail.StreamSeq, lastHash: tail.Hash,
-		epoch: epoch, lastSnap: snap,
+		epoch: epoch, lastSnap: snap, ephemeral: ephemeralPaths(cs.Manifest),
 		spec: runtime.Spec{
 			Tenant: p.Tenant, SessionID: p.SessionID, Node: a.cfg.ID, Epoch: epoch, Image: cs.Image,
 			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: cs.WorkspaceRoot,

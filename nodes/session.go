@@ -28,6 +28,9 @@ type session struct {
 	runtime string
 	root    string // workspace root as the sandbox sees it
 	redact  redactor
+	// ephemeral lists the manifest's ephemeral paths (clean, relative):
+	// persist leaves them out. Set before the session is served.
+	ephemeral []string
 
 	sub *nats.Subscription // set once, before the session is served
 

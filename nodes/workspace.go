@@ -56,7 +56,7 @@ func (a *Agent) persist(ctx context.Context, s *session) (*commands.Snapshot, er
 	}
 	done := make(chan exported, 1)
 	go func() { // ends when the export ends or the store stops reading
-		st, err := sb.ExportWorkspace(ctx, pw, nil)
+		st, err := sb.ExportWorkspace(ctx, pw, ephemeralSkip(s.ephemeral))
 		pw.CloseWithError(err)
 		done <- exported{st, err}
 	}()
@@ -115,9 +115,9 @@ func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, sna
 
 // fingerprint returns the sha256 of the workspace's archive as persist
 // would store it.
-func fingerprint(ctx context.Context, sb runtime.Sandbox) (string, error) {
+func fingerprint(ctx context.Context, sb runtime.Sandbox, skip archive.Skip) (string, error) {
 	h := sha256.New()
-	if _, err := sb.ExportWorkspace(ctx, h, nil); err != nil {
+	if _, err := sb.ExportWorkspace(ctx, h, skip); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
@@ -199,7 +199,7 @@ func (a *Agent) opResume(ctx context.Context, m *nats.Msg, s *session) {
 				return outcome{}, err
 			}
 			if snap != nil {
-				fp, err := fingerprint(ctx, sb)
+				fp, err := fingerprint(ctx, sb, ephemeralSkip(s.ephemeral))
 				if err != nil {
 					return outcome{}, err
 				}

@@ -308,3 +308,50 @@ func TestLargeFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestManifest: a create materialises its manifest; ephemeral entries are
+// never persisted; the create event records the manifest without content.
+func TestManifest(t *testing.T) {
+	for _, k := range runtimeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			image := k.image(t)
+			node := "mf-" + uuid.NewString()[:8]
+			st := testenv.StartStack(t, testenv.StackOptions{Node: nodes.Config{ID: node}, Runtimes: []runtime.Runtime{k.make(t, node)}})
+			ctx := testenv.Context(t, 3*time.Minute)
+			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image, Manifest: []commands.ManifestEntry{
+				{Path: "src", Dir: true},
+				{Path: "src/app.py", Content: []byte("print('app')\n"), Mode: 0o755},
+				{Path: "creds/.env", Content: []byte("API_KEY=manifest-secret\n"), Mode: 0o600, Ephemeral: true},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: "stat -c '%n %a' src/app.py creds/.env"})
+			if err != nil || string(res.Stdout) != "src/app.py 755\ncreds/.env 600\n" {
+				t.Fatalf("materialised: %q, %v", res.Stdout, err)
+			}
+			snap, err := st.Client.Persist(ctx, s.SessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// src/, src/app.py, creds/ — never creds/.env.
+			if snap.Members != 3 {
+				t.Fatalf("snapshot has %d members, want 3 (the ephemeral file left out)", snap.Members)
+			}
+			evs, err := st.Log.Session(ctx, "default", s.SessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(evs[0].Data), "manifest-secret") || !strings.Contains(string(evs[0].Data), `"ephemeral":true`) {
+				t.Fatalf("create event data = %s; want the manifest recorded without content", evs[0].Data)
+			}
+			_, err = st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image, Manifest: []commands.ManifestEntry{{Path: "../escape", Content: []byte("x")}}})
+			if errcode.Of(err) != errcode.InvalidPath {
+				t.Fatalf("manifest escaping the workspace: %v, want invalid_path", err)
+			}
+			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
