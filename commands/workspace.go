@@ -8,14 +8,16 @@ import (
 
 // Snapshot describes a stored workspace archive (see objectstore).
 type Snapshot struct {
-	ID      string    `json:"snapshot_id"`
-	Name    string    `json:"name"`
-	SHA256  string    `json:"digest"` // hex sha256 of the archive bytes: the fingerprint
-	Size    int64     `json:"size"`   // archive bytes
-	Members int       `json:"members"`
-	Bytes   int64     `json:"bytes"` // sum of the regular members' sizes
-	Format  string    `json:"format"`
-	Created time.Time `json:"created"`
+	ID     string `json:"snapshot_id"`
+	Name   string `json:"name"`
+	SHA256 string `json:"digest"` // hex sha256 of the tar: the workspace's fingerprint
+	// StoredSHA256 is the hex sha256 of the stored (compressed) bytes.
+	StoredSHA256 string    `json:"stored_digest,omitempty"`
+	Size         int64     `json:"size"` // stored bytes
+	Members      int       `json:"members"`
+	Bytes        int64     `json:"bytes"` // sum of the regular members' sizes
+	Format       string    `json:"format"`
+	Created      time.Time `json:"created"`
 }
 
 // SnapshotResult answers persist, and stop (which persists first).

@@ -104,13 +104,24 @@ func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, sna
 		return archive.Stats{}, err
 	}
 	lim := a.cfg.ArchiveLimits
-	if _, err := archive.Check(f, lim); err != nil {
+	r, done, err := objectstore.ArchiveReader(f)
+	if err != nil {
+		return archive.Stats{}, err
+	}
+	_, err = archive.Check(r, lim)
+	done()
+	if err != nil {
 		return archive.Stats{}, err
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return archive.Stats{}, errcode.Wrap(errcode.Internal, err, "rewind archive")
 	}
-	return sb.ImportWorkspace(ctx, f, lim)
+	r, done, err = objectstore.ArchiveReader(f)
+	if err != nil {
+		return archive.Stats{}, err
+	}
+	defer done()
+	return sb.ImportWorkspace(ctx, r, lim)
 }
 
 // fingerprint returns the sha256 of the workspace's archive as persist

@@ -3,6 +3,7 @@ package nodes_test
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	cryptorand "crypto/rand"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
@@ -214,7 +216,10 @@ func TestHydrateBadArchives(t *testing.T) {
 		"device":         tarOf(member{name: "null", typ: tar.TypeChar}),
 		"not a tar":      []byte("this is not an archive at all, just some bytes that go on and on"),
 		"too many files": tarOf(member{name: "1", typ: tar.TypeReg}, member{name: "2", typ: tar.TypeReg}, member{name: "3", typ: tar.TypeReg}, member{name: "4", typ: tar.TypeReg}),
-		"bomb":           tarOf(member{name: "big", typ: tar.TypeReg, data: strings.Repeat("0", 4096)}),
+		"over the size":  tarOf(member{name: "big", typ: tar.TypeReg, data: strings.Repeat("0", 4096)}),
+		// 64 MiB of zeros, zstd-compressed to a few KiB.
+		"zstd bomb": zstdOf(t, tarOf(member{name: "big", typ: tar.TypeReg, data: strings.Repeat("\x00", 64<<20)})),
+		"bad zstd":  append([]byte{0x28, 0xb5, 0x2f, 0xfd}, []byte("not really zstd after the magic")...),
 	}
 	for _, k := range runtimeKinds() {
 		t.Run(k.name, func(t *testing.T) {
@@ -250,8 +255,11 @@ func TestHydrateBadArchives(t *testing.T) {
 				t.Fatalf("workspace holds %q, exit %d (%v); want only keep.txt and no /tmp/evil", res.Stdout, res.ExitCode, err)
 			}
 			// A good archive replaces the workspace.
-			good := tarOf(member{name: "src/", typ: tar.TypeDir}, member{name: "src/main.py", typ: tar.TypeReg, data: "print(1)\n"})
-			if hr, err := st.Client.HydrateFrom(ctx, s.SessionID, bytes.NewReader(good)); err != nil || hr.Members != 2 {
+			var good bytes.Buffer // gzip, as tar -czf makes it
+			gz := gzip.NewWriter(&good)
+			_, _ = gz.Write(tarOf(member{name: "src/", typ: tar.TypeDir}, member{name: "src/main.py", typ: tar.TypeReg, data: "print(1)\n"}))
+			_ = gz.Close()
+			if hr, err := st.Client.HydrateFrom(ctx, s.SessionID, bytes.NewReader(good.Bytes())); err != nil || hr.Members != 2 {
 				t.Fatalf("good hydrate = %+v, %v", hr, err)
 			}
 			if got, err := st.Client.ReadFile(ctx, s.SessionID, "src/main.py"); err != nil || string(got) != "print(1)\n" {
@@ -354,4 +362,18 @@ func TestManifest(t *testing.T) {
 			}
 		})
 	}
+}
+
+func zstdOf(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc, err := zstd.NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = enc.Write(data)
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
