@@ -47,6 +47,9 @@ type Config struct {
 	// ArchiveLimits bound the archives hydrate extracts (zero fields: the
 	// archive package's defaults).
 	ArchiveLimits archive.Limits
+	// UncompressedSnapshots writes plain tar snapshots instead of zstd
+	// ones (faster for incompressible workspaces; see docs/benchmarks.md).
+	UncompressedSnapshots bool
 }
 
 // Validate checks the config.

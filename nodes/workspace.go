@@ -36,6 +36,9 @@ func (a *Agent) workspaces(ctx context.Context) (*objectstore.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.cfg.UncompressedSnapshots {
+		st = st.Uncompressed()
+	}
 	a.mu.Lock()
 	a.store = st
 	a.mu.Unlock()

@@ -13,21 +13,29 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
 // BenchmarkWorkspace compares persist and hydrate of a 100 MiB workspace
-// of 10,000 files (local runtime, whole path through NATS) with the raw
-// pipeline: `tar` of the same tree to a local file plus an object store
-// put, and an object store get plus `tar -x`. Alternating, same broker.
+// of 10,000 files of random bytes (local runtime, whole path through NATS)
+// with the raw pipeline: `tar` of the same tree to a local file plus an
+// object store put, and an object store get plus `tar -x`. Alternating,
+// same broker; with zstd snapshots (the default) and uncompressed ones.
 //
 //	go test -run '^$' -bench BenchmarkWorkspace -benchtime 3x ./nodes/
 func BenchmarkWorkspace(b *testing.B) {
 	if _, err := exec.LookPath("tar"); err != nil {
 		b.Skip("no tar on PATH")
 	}
-	st := testenv.StartStack(b, testenv.StackOptions{})
+	for _, snaps := range []string{"zstd", "uncompressed"} {
+		b.Run(snaps, func(b *testing.B) { benchWorkspace(b, snaps == "uncompressed") })
+	}
+}
+
+func benchWorkspace(b *testing.B, uncompressed bool) {
+	st := testenv.StartStack(b, testenv.StackOptions{Node: nodes.Config{ID: "node-1", UncompressedSnapshots: uncompressed}})
 	ctx := context.Background()
 	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"})
 	if err != nil {

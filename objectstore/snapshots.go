@@ -54,11 +54,16 @@ func (f fullReader) Read(p []byte) (int, error) {
 
 // Store keeps workspace snapshots in the object store bucket.
 type Store struct {
-	obs jetstream.ObjectStore
+	obs   jetstream.ObjectStore
+	plain bool // write FormatTar instead of FormatTarZstd
 }
 
-// NewStore returns a store on obs (see Ensure).
+// NewStore returns a store on obs (see Ensure) that writes zstd snapshots.
 func NewStore(obs jetstream.ObjectStore) *Store { return &Store{obs: obs} }
+
+// Uncompressed returns a store on the same bucket that writes plain tar
+// snapshots: faster for incompressible workspaces, larger for the rest.
+func (s *Store) Uncompressed() *Store { return &Store{obs: s.obs, plain: true} }
 
 // Open returns the store on the bucket, which must exist.
 func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
@@ -97,7 +102,12 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, r io.Reader
 	fp, stored := sha256.New(), sha256.New()
 	pr, pw := io.Pipe()
 	go func() { // ends when r is drained or the store stops reading
-		enc, err := zstd.NewWriter(pw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+		if s.plain {
+			_, err := io.Copy(pw, io.TeeReader(r, fp))
+			pw.CloseWithError(err)
+			return
+		}
+		enc, err := zstd.NewWriter(pw, zstd.WithEncoderLevel(zstd.SpeedFastest))
 		if err == nil {
 			_, err = io.Copy(enc, io.TeeReader(r, fp))
 			if cerr := enc.Close(); err == nil {
@@ -119,6 +129,9 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, r io.Reader
 	snap := Snapshot{
 		ID: id, Name: name, SHA256: hex.EncodeToString(fp.Sum(nil)), StoredSHA256: hex.EncodeToString(stored.Sum(nil)),
 		Size: int64(info.Size), Members: c.Members, Bytes: c.Bytes, Format: FormatTarZstd, Created: info.ModTime.UTC(),
+	}
+	if s.plain {
+		snap.Format = FormatTar
 	}
 	meta := jetstream.ObjectMeta{Name: name, Metadata: map[string]string{
 		"sha256": snap.SHA256, "stored_sha256": snap.StoredSHA256, "members": strconv.Itoa(snap.Members),
