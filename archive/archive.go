@@ -148,6 +148,31 @@ func (c *Checker) Check(h *tar.Header) (string, error) {
 	return name, nil
 }
 
+// Next reads and checks the next member of tr, skipping the root entry,
+// and returns its header and clean name; io.EOF at the end. A stream that
+// is not a well-formed tar is invalid_archive.
+func (c *Checker) Next(tr *tar.Reader) (*tar.Header, string, error) {
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil, "", io.EOF
+		}
+		if err != nil {
+			if errcode.Of(err) == errcode.InvalidArchive {
+				return nil, "", err
+			}
+			return nil, "", errcode.Wrap(errcode.InvalidArchive, err, "read archive")
+		}
+		name, err := c.Check(h)
+		if err != nil {
+			return nil, "", err
+		}
+		if name != "" { // "" is the root itself
+			return h, name, nil
+		}
+	}
+}
+
 // cleanName turns a member name into a clean workspace-relative path.
 func cleanName(n string) (string, error) {
 	if n == "" || strings.ContainsRune(n, 0) {
@@ -201,22 +226,12 @@ func CopyAs(w io.Writer, r io.Reader, lim Limits, uid, gid int) (Stats, error) {
 	tr := tar.NewReader(cr)
 	tw := tar.NewWriter(w)
 	for {
-		h, err := tr.Next()
+		h, _, err := c.Next(tr)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			if errcode.Of(err) == errcode.InvalidArchive {
-				return c.stats, err
-			}
-			return c.stats, errcode.Wrap(errcode.InvalidArchive, err, "read archive")
-		}
-		name, err := c.Check(h)
-		if err != nil {
 			return c.stats, err
-		}
-		if name == "" {
-			continue // the root itself
 		}
 		h.Uid, h.Gid = uid, gid
 		if err := tw.WriteHeader(h); err != nil {

@@ -183,22 +183,12 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (Stats, error) {
 		return nil
 	}
 	for {
-		h, err := tr.Next()
+		h, name, err := c.Next(tr)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			if errcode.Of(err) == errcode.InvalidArchive {
-				return c.stats, err
-			}
-			return c.stats, errcode.Wrap(errcode.InvalidArchive, err, "read archive")
-		}
-		name, err := c.Check(h)
-		if err != nil {
 			return c.stats, err
-		}
-		if name == "" {
-			continue // the root itself
 		}
 		if err := mkdirAll(path.Dir(name)); err != nil {
 			return c.stats, extractErr(name, err)

@@ -213,16 +213,10 @@ func (a *Agent) adoptOne(ctx context.Context, rtName string, fd runtime.Found, j
 			a.logger.Warn("reattached session's sandbox does not start", "tenant", s.tenant, "session", s.id, "err", err)
 		}
 	}
-	sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(s.tenant, s.id), a.dispatch(a.sessionHandler(s)))
-	if err == nil {
-		err = a.nc.FlushTimeout(10 * time.Second)
-	}
+	sub, err := a.subscribeSession(s)
 	if err != nil {
-		if sub != nil {
-			_ = sub.Unsubscribe()
-		}
 		a.forget(s)
-		return errcode.Wrap(errcode.Unavailable, err, "subscribe session subject")
+		return err
 	}
 	// Set the subscription under a.mu so that Close either sees it or has
 	// already begun draining (then it is dropped here).

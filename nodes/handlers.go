@@ -50,6 +50,22 @@ type manifestRecord struct {
 	Ephemeral bool   `json:"ephemeral,omitempty"`
 }
 
+// subscribeSession subscribes to s's subject and waits until the server
+// has the subscription.
+func (a *Agent) subscribeSession(s *session) (*nats.Subscription, error) {
+	sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(s.tenant, s.id), a.dispatch(a.sessionHandler(s)))
+	if err == nil {
+		err = a.nc.FlushTimeout(10 * time.Second)
+	}
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		return nil, errcode.Wrap(errcode.Unavailable, err, "subscribe session subject")
+	}
+	return sub, nil
+}
+
 // materialise writes a create's manifest into a new sandbox.
 func materialise(ctx context.Context, sb runtime.Sandbox, manifest []commands.ManifestEntry) error {
 	for _, e := range manifest {
@@ -182,16 +198,10 @@ func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
 			_ = sb.Shutdown(context.WithoutCancel(ctx))
 			return outcome{}, err
 		}
-		sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(p.Tenant, p.SessionID), a.dispatch(a.sessionHandler(s)))
-		if err == nil {
-			err = a.nc.FlushTimeout(10 * time.Second)
-		}
+		sub, err := a.subscribeSession(s)
 		if err != nil {
-			if sub != nil {
-				_ = sub.Unsubscribe()
-			}
 			_ = sb.Shutdown(context.WithoutCancel(ctx))
-			return outcome{}, errcode.Wrap(errcode.Unavailable, err, "subscribe session subject")
+			return outcome{}, err
 		}
 		s.mu.Lock()
 		s.sb, s.sub, s.status = sb, sub, projection.StatusRunning

@@ -3,7 +3,6 @@ package nodes
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -47,16 +46,10 @@ func (a *Agent) handleResumePlacement(ctx context.Context, m *nats.Msg) {
 			_ = sb.Shutdown(context.WithoutCancel(ctx))
 			return outcome{}, err
 		}
-		sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(s.tenant, s.id), a.dispatch(a.sessionHandler(s)))
-		if err == nil {
-			err = a.nc.FlushTimeout(10 * time.Second)
-		}
+		sub, err := a.subscribeSession(s)
 		if err != nil {
-			if sub != nil {
-				_ = sub.Unsubscribe()
-			}
 			_ = sb.Shutdown(context.WithoutCancel(ctx))
-			return outcome{}, errcode.Wrap(errcode.Unavailable, err, "subscribe session subject")
+			return outcome{}, err
 		}
 		epoch := s.getEpoch() + 1
 		s.mu.Lock()

@@ -15,21 +15,9 @@ import (
 // that has its runtime; that node re-creates the sandbox at the next epoch
 // and restores the last snapshot.
 func (s *Scheduler) handleResume(ctx context.Context, m *nats.Msg) {
-	tenant, ok := s.subj.ParseTenant(m.Subject)
-	if !ok {
-		return
-	}
-	if err := commands.CheckToken("tenant", tenant); err != nil {
-		s.respond(m, commands.ErrorReply(err))
-		return
-	}
 	var r commands.ResumeRequest
-	req, err := commands.DecodeRequest(m.Data, &r)
-	if err == nil {
-		err = r.Validate()
-	}
-	if err != nil {
-		s.respond(m, commands.ErrorReply(err))
+	tenant, req, ok := s.decodeTenant(m, &r)
+	if !ok {
 		return
 	}
 	evs, err := s.log.Session(ctx, tenant, r.SessionID)

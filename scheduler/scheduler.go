@@ -255,22 +255,32 @@ func (s *Scheduler) respond(m *nats.Msg, data []byte) {
 	}
 }
 
-func (s *Scheduler) handleCreate(ctx context.Context, m *nats.Msg) {
+// decodeTenant reads the tenant of a tenant-level subject and the request
+// with its validated args; on an error it answers m and returns false.
+func (s *Scheduler) decodeTenant(m *nats.Msg, args interface{ Validate() error }) (string, commands.Request, bool) {
 	tenant, ok := s.subj.ParseTenant(m.Subject)
 	if !ok {
-		return
+		return "", commands.Request{}, false
 	}
-	if err := commands.CheckToken("tenant", tenant); err != nil {
-		s.respond(m, commands.ErrorReply(err))
-		return
-	}
-	var spec commands.CreateArgs
-	req, err := commands.DecodeRequest(m.Data, &spec)
+	err := commands.CheckToken("tenant", tenant)
+	var req commands.Request
 	if err == nil {
-		err = spec.Validate()
+		req, err = commands.DecodeRequest(m.Data, args)
+	}
+	if err == nil {
+		err = args.Validate()
 	}
 	if err != nil {
 		s.respond(m, commands.ErrorReply(err))
+		return "", req, false
+	}
+	return tenant, req, true
+}
+
+func (s *Scheduler) handleCreate(ctx context.Context, m *nats.Msg) {
+	var spec commands.CreateArgs
+	tenant, req, ok := s.decodeTenant(m, &spec)
+	if !ok {
 		return
 	}
 	id := spec.SessionID
