@@ -7,4 +7,9 @@
 // the OpenAI Agents SDK sandbox audit events so tools written for those read
 // these. Node lifecycle events go to <prefix>.nodeevt.<node>.<kind> in the
 // same stream.
+//
+// Read replays or tails through an ordered consumer; ReadDurable reads
+// through a named durable consumer that acknowledges what it delivered, so
+// an auditor resumes where it left off. Subjects.Parse reads a subject
+// back into what it names.
 package events

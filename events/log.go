@@ -125,6 +125,8 @@ type Msg struct {
 	Subject   string
 	// Data is the event's JSON, as stored.
 	Data []byte
+	// Time is when the stream stored the event.
+	Time time.Time
 }
 
 // Decode decodes the message as a session event.
@@ -176,6 +178,13 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 	if !opts.Follow && info.NumPending == 0 {
 		return nil
 	}
+	return deliver(ctx, cons, opts.Follow, false, fn)
+}
+
+// deliver hands cons's messages to fn until ctx ends, fn fails, or (unless
+// follow) nothing more is pending; with ack it acknowledges each message
+// fn accepted.
+func deliver(ctx context.Context, cons jetstream.Consumer, follow, ack bool, fn func(Msg) error) error {
 	it, err := cons.Messages()
 	if err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "events consumer")
@@ -195,10 +204,15 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 		if err != nil {
 			return fmt.Errorf("event metadata: %w", err)
 		}
-		if err := fn(Msg{StreamSeq: meta.Sequence.Stream, Subject: m.Subject(), Data: m.Data()}); err != nil {
+		if err := fn(Msg{StreamSeq: meta.Sequence.Stream, Subject: m.Subject(), Data: m.Data(), Time: meta.Timestamp}); err != nil {
 			return err
 		}
-		if !opts.Follow && meta.NumPending == 0 {
+		if ack {
+			if err := m.Ack(); err != nil {
+				return errcode.Wrap(errcode.Unavailable, err, "ack event")
+			}
+		}
+		if !follow && meta.NumPending == 0 {
 			return nil
 		}
 	}

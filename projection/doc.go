@@ -1,22 +1,33 @@
-// Package projection folds session events into current state. Apply is
-// pure, with no I/O, so the live projector, replay tooling, the engine's
-// lookups and tests all share it.
+// Package projection folds events into current state. Apply (sessions)
+// and ApplyNode (nodes) are pure, with no I/O, so the live projector,
+// replay tooling, the engine's lookups and tests all share them.
 //
 // The session state machine (a transition happens on an ok finish event;
-// a failed create ends in failed):
+// a failed create ends in failed; a failed operation changes nothing but
+// LastError):
 //
 //	             create ok               stop ok
 //	(none) ──▶ creating ──▶ running ◀──────────────▶ stopped
-//	              │           │        start ok        │
-//	  create fail │           │ shutdown ok            │ shutdown ok
-//	              ▼           ▼                        ▼
+//	              │           │  ▲     start ok        │
+//	  create fail │           │  │ resume ok           │ shutdown ok
+//	              ▼           ▼  │ (also from stopped) ▼
 //	           failed      shut_down ◀─────────────────┘
 //	                          │ delete ok (also from running, stopped, failed)
 //	                          ▼
 //	                       deleted
 //
+// A resume may move the session to another node at a new epoch (its
+// finish data says where). Nodes: registered → up → draining → stopped,
+// lost from up or draining, and registered again from anything.
+//
 // Impossible histories (a seq gap, a finish without its start, an event
 // after delete that opens a new operation, a first event that is not a
-// create start) are reported as *Error values and leave the state as it
-// was before the event.
+// create start or a registration) are reported as *Error values and leave
+// the state as it was before the event.
+//
+// SessionRecord and NodeRecord wrap the states with the bookkeeping of a
+// projection read from the stream: the last stream sequence taken in
+// (which makes taking an event in idempotent) and the events that could
+// not be applied (Problems). They are what the projector stores in KV and
+// what Set, replay's in-memory fold of a whole stream, holds.
 package projection

@@ -35,9 +35,41 @@ type Session struct {
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
 	LastSeq   uint64            `json:"last_seq"`
+	// ContainerID is the runtime's id of the sandbox, from a finish event's
+	// data (container_id); empty until a runtime reports one.
+	ContainerID string `json:"container_id,omitempty"`
+	// LastSnapshot is the newest workspace snapshot an operation recorded
+	// (a finish event's data: snapshot), nil before the first.
+	LastSnapshot *Snapshot `json:"last_snapshot,omitempty"`
+	// LastError is the newest failed operation, nil when none failed.
+	LastError *OpError `json:"last_error,omitempty"`
 	// InFlight maps the span id of each started, unfinished operation to
-	// its op.
-	InFlight map[string]string `json:"in_flight,omitempty"`
+	// the operation.
+	InFlight map[string]Op `json:"in_flight,omitempty"`
+}
+
+// Op is an operation that started and has not finished.
+type Op struct {
+	Op      string    `json:"op"`
+	Seq     uint64    `json:"seq"`
+	Started time.Time `json:"started"`
+}
+
+// Snapshot names a workspace snapshot in the object store.
+type Snapshot struct {
+	ID     string `json:"snapshot_id,omitempty"`
+	Name   string `json:"name"`
+	Digest string `json:"digest,omitempty"`
+	Size   int64  `json:"size,omitempty"`
+}
+
+// OpError is a failed operation: its op, the seq of its finish, and the
+// error code and message the finish recorded.
+type OpError struct {
+	Op      string `json:"op"`
+	Seq     uint64 `json:"seq"`
+	Code    string `json:"code"`
+	Message string `json:"message,omitempty"`
 }
 
 // Error kinds, matched with errors.Is on an *Error.
@@ -49,16 +81,22 @@ var (
 	ErrForeignEvent    = errors.New("event of another session")
 )
 
-// Error is an impossible history: which session, at which seq, and why.
+// Error is an impossible history: which session (or node), at which seq,
+// and why.
 type Error struct {
 	Tenant  string
 	Session string
 	Seq     uint64
-	Kind    error
-	Detail  string
+	// Node is set instead of Tenant, Session and Seq for node events.
+	Node   string
+	Kind   error
+	Detail string
 }
 
 func (e *Error) Error() string {
+	if e.Node != "" {
+		return fmt.Sprintf("node %s: %v: %s", e.Node, e.Kind, e.Detail)
+	}
 	return fmt.Sprintf("session %s/%s seq %d: %v: %s", e.Tenant, e.Session, e.Seq, e.Kind, e.Detail)
 }
 
@@ -70,6 +108,16 @@ type createData struct {
 	Image   string            `json:"image"`
 	Labels  map[string]string `json:"labels"`
 	Epoch   uint64            `json:"epoch"`
+}
+
+// finishData is the part of a finish event's data the projection reads:
+// a runtime's sandbox id, a snapshot (persist, stop), a new placement
+// (resume).
+type finishData struct {
+	ContainerID string    `json:"container_id"`
+	Snapshot    *Snapshot `json:"snapshot"`
+	Node        string    `json:"node"`
+	Epoch       uint64    `json:"epoch"`
 }
 
 // Apply returns s with ev applied. A zero s is a session with no events.
@@ -89,7 +137,7 @@ func Apply(s Session, ev events.Event) (Session, error) {
 		return fail(ErrSeqGap, "want seq %d", s.LastSeq+1)
 	}
 	next := s
-	next.InFlight = make(map[string]string, len(s.InFlight)+1)
+	next.InFlight = make(map[string]Op, len(s.InFlight)+1)
 	for k, v := range s.InFlight {
 		next.InFlight[k] = v
 	}
@@ -101,7 +149,7 @@ func Apply(s Session, ev events.Event) (Session, error) {
 		if _, dup := next.InFlight[ev.SpanID]; dup {
 			return fail(ErrBadTransition, "span %s started twice", ev.SpanID)
 		}
-		next.InFlight[ev.SpanID] = ev.Op
+		next.InFlight[ev.SpanID] = Op{Op: ev.Op, Seq: ev.Seq, Started: ev.TS}
 		if ev.Op == "create" {
 			var d createData
 			if len(ev.Data) > 0 {
@@ -113,11 +161,29 @@ func Apply(s Session, ev events.Event) (Session, error) {
 		}
 	case events.PhaseFinish:
 		op, ok := next.InFlight[ev.SpanID]
-		if !ok || op != ev.Op {
+		if !ok || op.Op != ev.Op {
 			return fail(ErrFinishOrphan, "%s finish for span %s", ev.Op, ev.SpanID)
 		}
 		delete(next.InFlight, ev.SpanID)
 		succeeded := ev.OK != nil && *ev.OK
+		if succeeded {
+			var d finishData
+			if len(ev.Data) > 0 {
+				_ = json.Unmarshal(ev.Data, &d) // best effort: details only
+			}
+			if d.ContainerID != "" {
+				next.ContainerID = d.ContainerID
+			}
+			if d.Snapshot != nil && d.Snapshot.Name != "" {
+				snap := *d.Snapshot
+				next.LastSnapshot = &snap
+			}
+			if ev.Op == "resume" && d.Node != "" {
+				next.Node, next.Epoch = d.Node, d.Epoch
+			}
+		} else {
+			next.LastError = &OpError{Op: ev.Op, Seq: ev.Seq, Code: ev.ErrorCode, Message: ev.ErrorMessage}
+		}
 		if st, changed := transition(s.Status, ev.Op, succeeded); changed {
 			if st == "" {
 				return fail(ErrBadTransition, "%s from %s", ev.Op, s.Status)
@@ -156,6 +222,8 @@ func transition(from Status, op string, ok bool) (Status, bool) {
 		return allow(from, StatusShutDown, StatusRunning, StatusStopped, StatusShutDown, StatusFailed)
 	case "delete":
 		return allow(from, StatusDeleted, StatusRunning, StatusStopped, StatusShutDown, StatusFailed)
+	case "resume":
+		return allow(from, StatusRunning, StatusRunning, StatusStopped, StatusShutDown)
 	}
 	return from, false
 }

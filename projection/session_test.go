@@ -86,7 +86,7 @@ func TestInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.InFlight["x"] != "exec" || s.LastSeq != 3 || s.Runtime != "local" || s.Node != "n1" {
+	if s.InFlight["x"].Op != "exec" || s.LastSeq != 3 || s.Runtime != "local" || s.Node != "n1" {
 		t.Fatalf("state = %+v, want exec in flight at seq 3 on n1/local", s)
 	}
 }

@@ -1,0 +1,89 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// DurableOptions select what ReadDurable delivers.
+type DurableOptions struct {
+	// Name names the durable consumer: the auditor whose position the
+	// server keeps. It must be a valid consumer name.
+	Name string
+	// Filters are subject filters (default: every session event). They
+	// may change between runs.
+	Filters []string
+	// StartSeq or StartTime say where a new consumer begins (default: the
+	// first event). A consumer that exists resumes where it left off, and
+	// giving either then is an invalid_request error.
+	StartSeq  uint64
+	StartTime time.Time
+	// Follow keeps delivering new events until ctx ends; otherwise
+	// ReadDurable returns once nothing is pending.
+	Follow bool
+}
+
+// ReadDurable delivers events in stream order to fn through the named
+// durable consumer and acknowledges each event fn returns nil for, so
+// that the next ReadDurable with the same name resumes after the last
+// acknowledged event. It stops at the first error fn returns, and returns
+// it; that event and any after it are delivered again next time.
+func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg) error) error {
+	if opts.Name == "" {
+		return errcode.New(errcode.InvalidRequest, "durable consumer needs a name")
+	}
+	filters := opts.Filters
+	if len(filters) == 0 {
+		filters = []string{l.subjects.AllSessions()}
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:        opts.Name,
+		Description:    "Paddock audit consumer",
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		FilterSubjects: filters,
+	}
+	existing, err := l.js.Consumer(ctx, l.stream, opts.Name)
+	switch {
+	case err == nil:
+		if opts.StartSeq > 0 || !opts.StartTime.IsZero() {
+			return errcode.New(errcode.InvalidRequest, "durable consumer %s exists and resumes where it left off; a start position applies only when it is created", opts.Name)
+		}
+		prev := existing.CachedInfo().Config
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = prev.DeliverPolicy, prev.OptStartSeq, prev.OptStartTime
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		switch {
+		case opts.StartSeq > 0:
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.StartSeq
+		case !opts.StartTime.IsZero():
+			t := opts.StartTime
+			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+		}
+	default:
+		return errcode.Wrap(errcode.Unavailable, err, "durable consumer "+opts.Name)
+	}
+	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.stream, cfg)
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "durable consumer "+opts.Name)
+	}
+	// Events delivered to an earlier run but never acknowledged would be
+	// redelivered only after the ack wait, behind newer ones: start again
+	// from the first unacknowledged event instead, in order.
+	if _, err := l.js.ResetConsumer(ctx, l.stream, opts.Name); err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "reset durable consumer "+opts.Name)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "durable consumer info")
+	}
+	if !opts.Follow && info.NumPending == 0 {
+		return nil
+	}
+	// Acks are published without waiting; make sure the last ones reach
+	// the server before the caller closes the connection.
+	defer func() { _ = l.js.Conn().FlushTimeout(5 * time.Second) }()
+	return deliver(ctx, cons, opts.Follow, true, fn)
+}
