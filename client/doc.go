@@ -6,4 +6,8 @@
 // A command sent to a session whose subject has no responders is explained
 // by asking the engine (lookup): session_not_found for a session that
 // never existed or was deleted, unavailable when its node is gone.
+//
+// Sessions and Inspect read the engine's projection (the sbx_sessions KV
+// bucket) instead of asking a node: they list deleted and stopped
+// sessions too, and trail the events by the projector's lag.
 package client

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/paddock-dev/paddock/commands"
@@ -14,31 +16,52 @@ import (
 )
 
 func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "tail" {
-		return usageErr("usage: engine events tail [--session ID] [--op OP] [--no-follow] [--json]")
+	if len(args) == 0 || (args[0] != "tail" && args[0] != "export") {
+		return usageErr("usage: engine events tail [--session ID] [--op OP] [--since SEQ|TIME|DURATION] [--durable NAME] [--all-tenants] [--no-follow] [--json]\n       engine events export [--session ID] > events.jsonl")
 	}
+	sub := args[0]
 	var g globals
-	fs := newFlagSet("events tail", stderr)
+	fs := newFlagSet("events "+sub, stderr)
 	g.register(fs, base)
 	session := fs.String("session", "", "only this session's events")
-	op := fs.String("op", "", "only this op's events")
-	noFollow := fs.Bool("no-follow", false, "print the events so far and exit")
-	jsonOut := fs.Bool("json", false, "print events as JSON lines")
+	var (
+		op         = new(string)
+		since      = new(string)
+		durable    = new(string)
+		noFollow   = new(bool)
+		jsonOut    = new(bool)
+		allTenants = new(bool)
+	)
+	if sub == "tail" {
+		op = fs.String("op", "", "only this op's events")
+		since = fs.String("since", "", "start at a stream sequence, a time (RFC 3339) or a duration ago (10m)")
+		durable = fs.String("durable", "", "read through this named durable consumer: resume where it left off, acknowledge what was printed")
+		noFollow = fs.Bool("no-follow", false, "print the events so far and exit")
+		jsonOut = fs.Bool("json", false, "print events as JSON lines, as stored")
+		allTenants = fs.Bool("all-tenants", false, "every tenant's events (an auditor's view); --tenant is ignored")
+	}
 	pos, rest, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 || rest != nil {
-		return usageErr("events tail takes no arguments")
+		return usageErr("events %s takes no arguments", sub)
 	}
 	if err := commands.CheckToken("tenant", g.tenant); err != nil {
 		return err
 	}
-	for _, f := range []struct{ what, v string }{{"session", *session}, {"op", *op}} {
+	for _, f := range []struct{ what, v string }{{"session", *session}, {"op", *op}, {"durable", *durable}} {
 		if f.v != "" {
 			if err := commands.CheckToken(f.what, f.v); err != nil {
 				return err
 			}
+		}
+	}
+	var startSeq uint64
+	var startTime time.Time
+	if *since != "" {
+		if startSeq, startTime, err = parseSince(*since, time.Now()); err != nil {
+			return err
 		}
 	}
 	nc, _, err := dial(g)
@@ -51,8 +74,19 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		return errcode.Wrap(errcode.Unavailable, err, "jetstream")
 	}
 	log := events.NewLog(js, "", "")
-	filter := log.Subjects().Filter(g.tenant, *session, *op)
-	err = log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Follow: !*noFollow}, func(m events.Msg) error {
+	tenant := g.tenant
+	if *allTenants {
+		tenant = ""
+	}
+	filter := log.Subjects().Filter(tenant, *session, *op)
+	if sub == "export" {
+		// The stored bytes, one event per line: the stream's own JSON.
+		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}}, func(m events.Msg) error {
+			_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
+			return err
+		})
+	}
+	print := func(m events.Msg) error {
 		if *jsonOut {
 			_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
 			return err
@@ -64,11 +98,33 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		}
 		_, err = fmt.Fprintln(stdout, formatEvent(ev))
 		return err
-	})
+	}
+	if *durable != "" {
+		err = log.ReadDurable(ctx, events.DurableOptions{
+			Name: *durable, Filters: []string{filter}, StartSeq: startSeq, StartTime: startTime, Follow: !*noFollow,
+		}, print)
+	} else {
+		err = log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: startSeq, StartTime: startTime, Follow: !*noFollow}, print)
+	}
 	if errors.Is(err, context.Canceled) {
 		return nil // interrupted while following: a normal end
 	}
 	return err
+}
+
+// parseSince reads --since: a stream sequence (digits), a time (RFC 3339)
+// or a duration before now.
+func parseSince(s string, now time.Time) (uint64, time.Time, error) {
+	if n, err := strconv.ParseUint(s, 10, 64); err == nil && n > 0 {
+		return n, time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return 0, t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return 0, now.Add(-d), nil
+	}
+	return 0, time.Time{}, usageErr("--since %q is neither a stream sequence, an RFC 3339 time nor a duration like 10m", s)
 }
 
 // formatEvent renders one event as a line for people.

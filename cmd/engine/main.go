@@ -3,6 +3,7 @@
 //	engine serve                      run the engine (embedded NATS + a local node)
 //	engine sandbox <command> ...      drive sandboxes
 //	engine events tail ...            print the audit trail
+//	engine replay, audit verify       rebuild and check state from the events
 //
 // Run `engine help` for the full list.
 package main
@@ -33,7 +34,16 @@ Usage:
   engine sandbox mkdir ID PATH [-p]
   engine sandbox running ID
   engine sandbox start|stop|shutdown|delete ID
-  engine events tail [--session ID] [--op OP] [--no-follow] [--json]
+  engine sandbox list [--status S] [--label K=V] [--json]
+  engine sandbox inspect ID [--json]           sessions as the projection has them
+  engine events tail [--session ID] [--op OP] [--since SEQ|TIME|DURATION]
+                     [--durable NAME] [--all-tenants] [--no-follow] [--json]
+  engine events export [--session ID]          the events as stored, one JSON per line
+  engine replay [--at SEQ|TIME] [--json]       fold the stream from its first event
+  engine replay --session ID [--at SEQ|TIME] [--json]
+  engine replay --verify                       compare the KV projection with the replay
+  engine audit verify [--session ID] [--json]  hash chain, seq, one finish per start
+  engine projector status [--json]             the projector's checkpoint and lag
   engine image build-base [--tag T]            build the sandbox base image (needs busybox-static)
 
 Global flags (before the command, or among a command's flags; not for serve):
@@ -83,6 +93,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = eventsCmd(ctx, base, args[1:], stdout, stderr)
 	case "image":
 		err = imageCmd(ctx, args[1:], stdout, stderr)
+	case "replay":
+		err = replayCmd(ctx, base, args[1:], stdout, stderr)
+	case "audit":
+		err = auditCmd(ctx, base, args[1:], stdout, stderr)
+	case "projector":
+		err = projectorCmd(ctx, base, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"strings"
 	"sync"
@@ -191,33 +190,7 @@ func (s *syncBuffer) String() string {
 // and returns its log.
 func startServe(t *testing.T, args ...string) *syncBuffer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, append([]string{"serve"}, args...), nil, logs, logs) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("serve exited %d; log:\n%s", code, logs.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("serve did not stop within 60s")
-		}
-	})
-	testenv.Eventually(t, 30*time.Second, func() error {
-		select {
-		case code := <-done:
-			done <- code
-			return fmt.Errorf("serve exited early with %d:\n%s", code, logs.String())
-		default:
-		}
-		if !strings.Contains(logs.String(), "paddock engine ready") {
-			return fmt.Errorf("not ready yet")
-		}
-		return nil
-	})
+	logs, _ := serveStoppable(t, args...)
 	return logs
 }
 

@@ -35,6 +35,9 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		return exitError{2}
 	}
 	sub, args := args[0], args[1:]
+	if sub == "list" || sub == "inspect" {
+		return sandboxRead(ctx, base, sub, args, stdout, stderr)
+	}
 	if sub == "persist" || sub == "hydrate" || sub == "resume" {
 		return sandboxWorkspace(ctx, base, sub, args, stdin, stdout, stderr)
 	}

@@ -120,6 +120,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			lc.Append(fx.Hook{OnStart: agent.Start, OnStop: agent.Close})
 			return nil
 		}),
+		projectorModule(cfg),
 		fx.StartTimeout(30*time.Second),
 		fx.StopTimeout(40*time.Second),
 	)

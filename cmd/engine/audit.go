@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddock-dev/paddock/audit"
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/projection"
+	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/replay"
+)
+
+// auditCmd is `engine audit verify`: check every session's history (or
+// one's) from the stored events, and list the problems the projector
+// recorded. Any failure makes the exit code 1.
+func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "verify" {
+		return usageErr("usage: engine audit verify [--session ID] [--json]")
+	}
+	var g globals
+	fs := newFlagSet("audit verify", stderr)
+	g.register(fs, base)
+	session := fs.String("session", "", "only this session (of --tenant); default: every session of every tenant")
+	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	pos, rest, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || rest != nil {
+		return usageErr("audit verify takes no arguments")
+	}
+	js, closeConn, err := dialJS(g)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	log := events.NewLog(js, "", "")
+	// The whole stream: the checker skips node events, and an unfiltered
+	// consumer is much cheaper for the server than a wildcard filter.
+	filter := ">"
+	if *session != "" {
+		for _, f := range [][2]string{{"tenant", g.tenant}, {"session", *session}} {
+			if err := commands.CheckToken(f[0], f[1]); err != nil {
+				return err
+			}
+		}
+		filter = log.Subjects().SessionFilter(g.tenant, *session)
+	}
+	info, err := log.StreamInfo(ctx)
+	if err != nil {
+		return err
+	}
+	checker := audit.NewChecker(log.Subjects(), info.State.FirstSeq)
+	if err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}}, func(m events.Msg) error {
+		checker.Check(m)
+		return nil
+	}); err != nil {
+		return err
+	}
+	rep := checker.Report()
+	if *session != "" && rep.Events == 0 {
+		return errcode.New(errcode.SessionNotFound, "no events of session %s in tenant %s", *session, g.tenant)
+	}
+	recorded, note := projectorProblems(ctx, js, g.tenant, *session)
+
+	failures := len(recorded)
+	open := 0
+	for _, f := range rep.Findings {
+		switch {
+		case f.Kind.Failure():
+			failures++
+		case f.Kind == audit.Open:
+			open++
+		}
+	}
+	if *jsonOut {
+		if err := printJSON(stdout, struct {
+			audit.Report
+			Recorded []replay.Problem `json:"projector_problems,omitempty"`
+			Failures int              `json:"failures"`
+		}{rep, recorded, failures}); err != nil {
+			return err
+		}
+	} else {
+		for _, f := range rep.Findings {
+			label := "FAIL"
+			switch f.Kind {
+			case audit.Open:
+				label = "open"
+			case audit.Truncated:
+				label = "note"
+			}
+			fmt.Fprintf(stdout, "%s %s\n", label, f)
+		}
+		for _, p := range recorded {
+			fmt.Fprintf(stdout, "FAIL %s: recorded by the projector: %s\n", p.Record, p.Problem)
+		}
+		if note != "" {
+			fmt.Fprintf(stdout, "note: %s\n", note)
+		}
+		fmt.Fprintf(stdout, "audit: %d sessions, %d events checked (hash chain, seq, one finish per start): %d failures, %d open operations\n", rep.Sessions, rep.Events, failures, open)
+	}
+	if failures > 0 {
+		return exitError{1}
+	}
+	return nil
+}
+
+// projectorProblems returns the problems the projector recorded in its
+// records (one session's, or all), or a note saying why there are none to
+// show.
+func projectorProblems(ctx context.Context, js jetstream.JetStream, tenant, session string) ([]replay.Problem, string) {
+	kv, err := js.KeyValue(ctx, projector.SessionsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, "no projection to check (no projector has run)"
+	}
+	if err != nil {
+		return nil, fmt.Sprintf("the projection cannot be read: %v", err)
+	}
+	filter := ">"
+	if session != "" {
+		filter = projection.SessionKey(tenant, session)
+	}
+	set := projection.NewSet()
+	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, filter)
+	if err != nil {
+		return nil, fmt.Sprintf("the projection cannot be read: %v", err)
+	}
+	set.Sessions = recs
+	if session == "" {
+		if nkv, err := js.KeyValue(ctx, projector.NodesBucket); err == nil {
+			if nodes, err := projector.ReadAll[projection.NodeRecord](ctx, nkv, ">"); err == nil {
+				set.Nodes = nodes
+			}
+		}
+		if skv, err := js.KeyValue(ctx, projector.StateBucket); err == nil {
+			if e, err := skv.Get(ctx, projector.StrayKey); err == nil {
+				_ = json.Unmarshal(e.Value(), &set.Stray)
+			}
+		}
+	}
+	return replay.Problems(set), ""
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/fx"
+
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/projector"
+)
+
+// projectorModule runs the projector in `engine serve`: it folds the
+// events stream into the sbx_sessions and sbx_nodes buckets. Its start
+// hook comes after the one that ensures the stream (serve lists it after
+// that invoke), and it stops first.
+func projectorModule(cfg serveConfig) fx.Option {
+	return fx.Module("projector",
+		fx.Invoke(func(lc fx.Lifecycle, js jetstream.JetStream, logger *slog.Logger) error {
+			p, err := projector.New(js, projector.Config{Name: projectorName(cfg.nodeID), Replicas: cfg.replicas}, logger)
+			if err != nil {
+				return err
+			}
+			lc.Append(fx.Hook{OnStart: p.Start, OnStop: p.Close})
+			return nil
+		}),
+	)
+}
+
+// projectorName names an engine's projector (its durable consumer and
+// checkpoint) after the engine's node id, so that engines sharing a NATS
+// deployment each keep their own position.
+func projectorName(nodeID string) string {
+	name := strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return '_'
+	}, nodeID)
+	return projector.DefaultName + "_" + name
+}
+
+// projectorCmd is `engine projector status`.
+func projectorCmd(ctx context.Context, base globals, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "status" {
+		return usageErr("usage: engine projector status [--json]")
+	}
+	var g globals
+	fs := newFlagSet("projector status", stderr)
+	g.register(fs, base)
+	jsonOut := fs.Bool("json", false, "print the status as JSON")
+	pos, _, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("projector status takes no arguments")
+	}
+	js, closeConn, err := dialJS(g)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	last, sts, err := projector.ReadStatus(ctx, js, events.DefaultStream)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return errcode.New(errcode.Unavailable, "no projector has run: bucket %s does not exist", projector.StateBucket)
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "projector status")
+	}
+	if *jsonOut {
+		return printJSON(stdout, struct {
+			StreamLastSeq uint64             `json:"stream_last_seq"`
+			Projectors    []projector.Status `json:"projectors"`
+		}{last, sts})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "PROJECTOR\tCHECKPOINT\tLAG\tUPDATED\n")
+	for _, s := range sts {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", s.Name, s.StreamSeq, s.Lag, s.UpdatedAt.Local().Format("2006-01-02 15:04:05"))
+	}
+	fmt.Fprintf(tw, "(events stream last seq %d)\n", last)
+	return tw.Flush()
+}
+
+// dialJS connects the CLI to the deployment's JetStream; the returned
+// func closes the connection.
+func dialJS(g globals) (jetstream.JetStream, func(), error) {
+	nc, _, err := dial(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, errcode.Wrap(errcode.Unavailable, err, "jetstream")
+	}
+	return js, nc.Close, nil
+}

@@ -1,0 +1,124 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/paddock-dev/paddock/events"
+)
+
+// The buckets and keys the projector writes.
+const (
+	SessionsBucket = "sbx_sessions"
+	NodesBucket    = "sbx_nodes"
+	// StateBucket holds the checkpoints (checkpoint.<name>) and the stray
+	// events' record (StrayKey).
+	StateBucket = "sbx_projector"
+	StrayKey    = "stray"
+	// DefaultName names the durable consumer and the checkpoint of a
+	// projector that was given no name.
+	DefaultName = "sbx_projector"
+)
+
+// CheckpointKey is the StateBucket key of a projector's checkpoint.
+func CheckpointKey(name string) string { return "checkpoint." + name }
+
+// Config configures a Projector.
+type Config struct {
+	// Name names the durable consumer and the checkpoint (default
+	// DefaultName). Several engines projecting into the same buckets each
+	// take their own name: their writes are compare-and-set and idempotent,
+	// so they agree.
+	Name string
+	// Stream is the events stream (default events.DefaultStream) and Prefix
+	// its subjects' prefix (default sbx).
+	Stream string
+	Prefix string
+	// Replicas of the buckets (default 1).
+	Replicas int
+	// Batch is the most events applied in one round (default 1024). The
+	// events of one key in a round cost one write.
+	Batch int
+	// Workers bounds the keys written at once (default 16).
+	Workers int
+	// CheckpointInterval is the longest time between checkpoint writes
+	// while events keep coming (default 1s). The projector also writes one
+	// whenever it has caught up with the stream.
+	CheckpointInterval time.Duration
+}
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	if c.Name != "" {
+		for _, r := range c.Name {
+			if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+				return fmt.Errorf("projector: name %q: only letters, digits, '-' and '_'", c.Name)
+			}
+		}
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return fmt.Errorf("projector: replicas %d outside 0..5", c.Replicas)
+	}
+	if c.Batch < 0 || c.Workers < 0 || c.CheckpointInterval < 0 {
+		return fmt.Errorf("projector: negative batch, workers or interval")
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.Stream == "" {
+		c.Stream = events.DefaultStream
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Batch == 0 {
+		c.Batch = 1024
+	}
+	if c.Workers == 0 {
+		c.Workers = 16
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = time.Second
+	}
+	return c
+}
+
+// Buckets are the projection's KV buckets.
+type Buckets struct {
+	Sessions, Nodes, State jetstream.KeyValue
+}
+
+// EnsureBuckets creates the projection's buckets, or updates them to cfg,
+// and returns them. It is idempotent.
+func EnsureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config) (Buckets, error) {
+	if err := cfg.Validate(); err != nil {
+		return Buckets{}, err
+	}
+	cfg = cfg.withDefaults()
+	var b Buckets
+	for _, x := range []struct {
+		kv   *jetstream.KeyValue
+		name string
+		desc string
+	}{
+		{&b.Sessions, SessionsBucket, "Paddock sessions, projected from SBX_EVENTS"},
+		{&b.Nodes, NodesBucket, "Paddock nodes, projected from SBX_EVENTS"},
+		{&b.State, StateBucket, "Paddock projector checkpoints and stray events"},
+	} {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: x.name, Description: x.desc, History: 1,
+			Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		})
+		if err != nil {
+			return Buckets{}, fmt.Errorf("ensure bucket %s: %w", x.name, err)
+		}
+		*x.kv = kv
+	}
+	return b, nil
+}
