@@ -246,6 +246,28 @@ func TestHydrateBadArchives(t *testing.T) {
 			if errcode.Of(err) != errcode.SnapshotNotFound {
 				t.Errorf("unknown snapshot: got %v, want snapshot_not_found", err)
 			}
+			// A snapshot whose stored bytes no longer match their digest.
+			snap, err := st.Client.Persist(ctx, s.SessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obs, err := st.JS.ObjectStore(ctx, "sbx_workspaces")
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := obs.GetInfo(ctx, snap.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta := info.ObjectMeta
+			meta.Metadata["stored_sha256"] = strings.Repeat("0", 64)
+			if err := obs.UpdateMeta(ctx, snap.Name, meta); err != nil {
+				t.Fatal(err)
+			}
+			_, err = st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snap.ID})
+			if errcode.Of(err) != errcode.SnapshotCorrupt {
+				t.Errorf("corrupt snapshot: got %v, want snapshot_corrupt", err)
+			}
 			got, err := st.Client.ReadFile(ctx, s.SessionID, "keep.txt")
 			if err != nil || string(got) != "keep" {
 				t.Fatalf("workspace after refused hydrates: %q, %v", got, err)
