@@ -5,12 +5,14 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -97,13 +99,14 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, r io.Reader
 		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "snapshot "+name)
 	}
 	// The fingerprint is the sha256 of the tar (what resume compares with
-	// a live workspace); the stored digest is that of the compressed bytes
-	// (what a download is checked against).
-	fp, stored := sha256.New(), sha256.New()
+	// a live workspace); the stored digest is that of the stored bytes,
+	// which the object store computes itself and checks on every read.
+	// A plain tar is its own stored form, so it is hashed once.
+	fp := sha256.New()
 	pr, pw := io.Pipe()
 	go func() { // ends when r is drained or the store stops reading
 		if s.plain {
-			_, err := io.Copy(pw, io.TeeReader(r, fp))
+			_, err := io.Copy(pw, r)
 			pw.CloseWithError(err)
 			return
 		}
@@ -116,8 +119,7 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, r io.Reader
 		}
 		pw.CloseWithError(err)
 	}()
-	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}},
-		fullReader{io.TeeReader(pr, stored)})
+	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}, fullReader{pr})
 	pr.CloseWithError(err)
 	if err != nil {
 		if errcode.Of(err) != "" && errcode.Of(err) != errcode.Internal {
@@ -125,9 +127,17 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, r io.Reader
 		}
 		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "store snapshot "+name)
 	}
+	stored, err := digestHex(info.Digest)
+	if err != nil {
+		return Snapshot{}, errcode.Wrap(errcode.Internal, err, "snapshot digest")
+	}
+	tarSum := stored
+	if !s.plain {
+		tarSum = hex.EncodeToString(fp.Sum(nil))
+	}
 	c := counts()
 	snap := Snapshot{
-		ID: id, Name: name, SHA256: hex.EncodeToString(fp.Sum(nil)), StoredSHA256: hex.EncodeToString(stored.Sum(nil)),
+		ID: id, Name: name, SHA256: tarSum, StoredSHA256: stored,
 		Size: int64(info.Size), Members: c.Members, Bytes: c.Bytes, Format: FormatTarZstd, Created: info.ModTime.UTC(),
 	}
 	if s.plain {
@@ -180,7 +190,7 @@ func (s *Store) Fetch(ctx context.Context, tenant, session, id string, f *os.Fil
 		return snap, err
 	}
 	want := snap.StoredSHA256
-	if snap.Format == FormatTar {
+	if want == "" && snap.Format == FormatTar {
 		want = snap.SHA256 // uncompressed: the stored bytes are the tar
 	}
 	if err := s.fetch(ctx, snap.Name, want, f); err != nil {
@@ -222,15 +232,22 @@ func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File) (st
 		return "", errcode.Wrap(errcode.Unavailable, err, "open "+name)
 	}
 	defer res.Close()
-	h := sha256.New()
-	// The object store checks its own digest when the last chunk is read.
-	if _, err := io.Copy(io.MultiWriter(f, h), res); err != nil {
+	// The object store checks the bytes against its digest when the last
+	// chunk is read; that digest must also be the one recorded.
+	if _, err := io.Copy(f, res); err != nil {
 		if errors.Is(err, jetstream.ErrDigestMismatch) || errors.Is(err, jetstream.ErrObjectNotFound) {
 			return "", errcode.Wrap(errcode.SnapshotCorrupt, err, name)
 		}
 		return "", errcode.Wrap(errcode.Unavailable, err, "read "+name)
 	}
-	got := hex.EncodeToString(h.Sum(nil))
+	info, err := res.Info()
+	if err != nil {
+		return "", errcode.Wrap(errcode.Unavailable, err, "info "+name)
+	}
+	got, err := digestHex(info.Digest)
+	if err != nil {
+		return "", errcode.Wrap(errcode.SnapshotCorrupt, err, name)
+	}
 	if want != "" && got != want {
 		return "", errcode.New(errcode.SnapshotCorrupt, "%s has sha256 %s, recorded %s", name, got, want)
 	}
@@ -238,6 +255,20 @@ func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File) (st
 		return "", fmt.Errorf("rewind %s: %w", f.Name(), err)
 	}
 	return got, nil
+}
+
+// digestHex turns the object store's digest ("SHA-256=<base64url>") into
+// hex.
+func digestHex(d string) (string, error) {
+	b64, ok := strings.CutPrefix(d, "SHA-256=")
+	if !ok {
+		return "", fmt.Errorf("digest %q is not SHA-256", d)
+	}
+	sum, err := base64.URLEncoding.DecodeString(b64)
+	if err != nil || len(sum) != sha256.Size {
+		return "", fmt.Errorf("digest %q does not decode", d)
+	}
+	return hex.EncodeToString(sum), nil
 }
 
 // zstdMagic and gzipMagic start compressed streams.
