@@ -12,12 +12,15 @@ type Snapshot struct {
 	Name   string `json:"name"`
 	SHA256 string `json:"digest"` // hex sha256 of the tar: the workspace's fingerprint
 	// StoredSHA256 is the hex sha256 of the stored (compressed) bytes.
-	StoredSHA256 string    `json:"stored_digest,omitempty"`
-	Size         int64     `json:"size"` // stored bytes
-	Members      int       `json:"members"`
-	Bytes        int64     `json:"bytes"` // sum of the regular members' sizes
-	Format       string    `json:"format"`
-	Created      time.Time `json:"created"`
+	StoredSHA256 string `json:"stored_digest,omitempty"`
+	Size         int64  `json:"size"` // stored bytes
+	Members      int    `json:"members"`
+	Bytes        int64  `json:"bytes"` // sum of the regular members' sizes
+	Format       string `json:"format"`
+	// Seq is the session event seq of the operation that made it (the
+	// start of its persist or stop).
+	Seq     uint64    `json:"seq,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 // SnapshotResult answers persist, and stop (which persists first).

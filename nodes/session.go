@@ -248,7 +248,7 @@ func (a *Agent) execute(ctx context.Context, s *session, req commands.Request, o
 	}
 
 	began := time.Now()
-	out, opErr := fn(ctx)
+	out, opErr := fn(context.WithValue(ctx, startSeqKey{}, start.Seq))
 	dur := float64(time.Since(began).Microseconds()) / 1000
 
 	fin := base
@@ -294,6 +294,16 @@ func (a *Agent) execute(ctx context.Context, s *session, req commands.Request, o
 		return commands.ErrorReply(err)
 	}
 	return b
+}
+
+// startSeqKey carries the seq of an operation's start event to the
+// operation (persist records it with the snapshot).
+type startSeqKey struct{}
+
+// startSeq returns the seq of the running operation's start event.
+func startSeq(ctx context.Context) uint64 {
+	seq, _ := ctx.Value(startSeqKey{}).(uint64)
+	return seq
 }
 
 func capture(b []byte, truncated bool, limit int) (string, bool) {

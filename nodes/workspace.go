@@ -65,7 +65,7 @@ func (a *Agent) persist(ctx context.Context, s *session) (*commands.Snapshot, er
 	}()
 	var ex exported
 	got := false
-	snap, err := store.Put(ctx, s.tenant, s.id, uuid.NewString(), pr, func() objectstore.Counts {
+	snap, err := store.Put(ctx, s.tenant, s.id, uuid.NewString(), startSeq(ctx), pr, func() objectstore.Counts {
 		ex, got = <-done, true
 		return objectstore.Counts{Members: ex.st.Members, Bytes: ex.st.Bytes}
 	})

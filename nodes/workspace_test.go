@@ -90,7 +90,7 @@ func TestWorkspaceRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if snap.Members != 8 || snap.Bytes < 209715200 || len(snap.SHA256) != 64 {
+			if snap.Members != 8 || snap.Bytes < 209715200 || len(snap.SHA256) != 64 || snap.Seq != 7 { // create, setup exec, tree exec, then persist starts at seq 7
 				t.Fatalf("snapshot = %+v", snap)
 			}
 			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {

@@ -85,10 +85,11 @@ type Counts struct {
 	Bytes   int64
 }
 
-// Put streams an archive from r into a new snapshot object; counts is
-// called once r is drained and fills in the member counts. A name that
+// Put streams an archive from r into a new snapshot object; seq is the
+// session event seq of the operation that made it; counts is called once r
+// is drained and fills in the member counts. A name that
 // exists is never overwritten (already_exists).
-func (s *Store) Put(ctx context.Context, tenant, session, id string, r io.Reader, counts func() Counts) (Snapshot, error) {
+func (s *Store) Put(ctx context.Context, tenant, session, id string, seq uint64, r io.Reader, counts func() Counts) (Snapshot, error) {
 	name, err := SnapshotName(tenant, session, id)
 	if err != nil {
 		return Snapshot{}, err
@@ -137,7 +138,7 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, r io.Reader
 	}
 	c := counts()
 	snap := Snapshot{
-		ID: id, Name: name, SHA256: tarSum, StoredSHA256: stored,
+		ID: id, Name: name, SHA256: tarSum, StoredSHA256: stored, Seq: seq,
 		Size: int64(info.Size), Members: c.Members, Bytes: c.Bytes, Format: FormatTarZstd, Created: info.ModTime.UTC(),
 	}
 	if s.plain {
@@ -145,7 +146,7 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, r io.Reader
 	}
 	meta := jetstream.ObjectMeta{Name: name, Metadata: map[string]string{
 		"sha256": snap.SHA256, "stored_sha256": snap.StoredSHA256, "members": strconv.Itoa(snap.Members),
-		"bytes": strconv.FormatInt(snap.Bytes, 10), "format": snap.Format,
+		"bytes": strconv.FormatInt(snap.Bytes, 10), "format": snap.Format, "seq": strconv.FormatUint(seq, 10),
 	}}
 	if err := s.obs.UpdateMeta(ctx, name, meta); err != nil {
 		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "record snapshot metadata "+name)
@@ -173,9 +174,10 @@ func (s *Store) info(ctx context.Context, id, name string) (Snapshot, error) {
 	m := info.Metadata
 	members, _ := strconv.Atoi(m["members"])
 	bytes, _ := strconv.ParseInt(m["bytes"], 10, 64)
+	seq, _ := strconv.ParseUint(m["seq"], 10, 64)
 	return Snapshot{
 		ID: id, Name: name, SHA256: m["sha256"], StoredSHA256: m["stored_sha256"], Size: int64(info.Size),
-		Members: members, Bytes: bytes, Format: m["format"], Created: info.ModTime.UTC(),
+		Members: members, Bytes: bytes, Format: m["format"], Seq: seq, Created: info.ModTime.UTC(),
 	}, nil
 }
 
