@@ -224,6 +224,15 @@ func CopyAs(w io.Writer, r io.Reader, lim Limits, uid, gid int) (Stats, error) {
 	c := NewChecker(lim)
 	cr := &CountingReader{R: r, Limit: lim.MaxArchiveBytes}
 	tr := tar.NewReader(cr)
+	if w == io.Discard { // Check: no archive to write
+		for {
+			if _, _, err := c.Next(tr); errors.Is(err, io.EOF) {
+				return c.stats, nil
+			} else if err != nil {
+				return c.stats, err
+			}
+		}
+	}
 	tw := tar.NewWriter(w)
 	for {
 		h, _, err := c.Next(tr)

@@ -486,7 +486,7 @@ func (a *Agent) writeLarge(ctx context.Context, m *nats.Msg, s *session, req com
 		}
 		defer os.Remove(f.Name())
 		defer f.Close()
-		sum, err := store.FetchObject(ctx, args.Upload, f)
+		sum, err := store.FetchObject(ctx, args.Upload, f, nil)
 		if errcode.Of(err) == errcode.SnapshotNotFound {
 			return outcome{}, errcode.New(errcode.NotFound, "no upload %s", args.Upload)
 		}

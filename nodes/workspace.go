@@ -98,28 +98,41 @@ func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, sna
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if upload != "" {
-		_, err = store.FetchObject(ctx, upload, f)
-	} else {
-		_, err = store.Fetch(ctx, s.tenant, s.id, snapshotID, f)
-	}
-	if err != nil {
-		return archive.Stats{}, err
-	}
+	// The archive is checked as it arrives; a bad member aborts the
+	// download. Nothing is extracted until it is whole, its digest matches
+	// and every member passed.
 	lim := a.cfg.ArchiveLimits
-	r, done, err := objectstore.ArchiveReader(f)
+	pr, pw := io.Pipe()
+	checked := make(chan error, 1)
+	go func() { // ends when the download ends (pw closed) or the check fails
+		r, done, err := objectstore.ArchiveStream(pr)
+		if err == nil {
+			_, err = archive.Check(r, lim)
+			done()
+		}
+		if err == nil {
+			_, err = io.Copy(io.Discard, pr) // bytes after the archive's end
+		}
+		pr.CloseWithError(err)
+		checked <- err
+	}()
+	if upload != "" {
+		_, err = store.FetchObject(ctx, upload, f, pw)
+	} else {
+		_, err = store.FetchTee(ctx, s.tenant, s.id, snapshotID, f, pw)
+	}
+	pw.CloseWithError(err)
+	cerr := <-checked
 	if err != nil {
 		return archive.Stats{}, err
 	}
-	_, err = archive.Check(r, lim)
-	done()
-	if err != nil {
-		return archive.Stats{}, err
+	if cerr != nil {
+		return archive.Stats{}, cerr
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return archive.Stats{}, errcode.Wrap(errcode.Internal, err, "rewind archive")
 	}
-	r, done, err = objectstore.ArchiveReader(f)
+	r, done, err := objectstore.ArchiveReader(f)
 	if err != nil {
 		return archive.Stats{}, err
 	}

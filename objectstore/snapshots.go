@@ -1,6 +1,7 @@
 package objectstore
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -187,6 +188,13 @@ func (s *Store) info(ctx context.Context, id, name string) (Snapshot, error) {
 // object is snapshot_not_found, a mismatch snapshot_corrupt. f is left at
 // offset 0.
 func (s *Store) Fetch(ctx context.Context, tenant, session, id string, f *os.File) (Snapshot, error) {
+	return s.FetchTee(ctx, tenant, session, id, f, nil)
+}
+
+// FetchTee is Fetch that also writes every downloaded byte to tee (when not
+// nil), so that a caller can check the archive while it arrives. An error
+// tee returns aborts the download and is returned as it is.
+func (s *Store) FetchTee(ctx context.Context, tenant, session, id string, f *os.File, tee io.Writer) (Snapshot, error) {
 	snap, err := s.Info(ctx, tenant, session, id)
 	if err != nil {
 		return snap, err
@@ -195,24 +203,20 @@ func (s *Store) Fetch(ctx context.Context, tenant, session, id string, f *os.Fil
 	if want == "" && snap.Format == FormatTar {
 		want = snap.SHA256 // uncompressed: the stored bytes are the tar
 	}
-	if err := s.fetch(ctx, snap.Name, want, f); err != nil {
+	if _, err := s.fetchSum(ctx, snap.Name, want, f, tee); err != nil {
 		return snap, err
 	}
 	return snap, nil
 }
 
-// FetchObject downloads any object of the bucket (an upload) into f,
-// verifying the store's own digest, and returns the content's hex sha256.
-func (s *Store) FetchObject(ctx context.Context, name string, f *os.File) (string, error) {
-	return s.fetchSum(ctx, name, "", f)
+// FetchObject downloads any object of the bucket (an upload) into f (and
+// tee, as FetchTee), verifying the store's own digest, and returns the
+// content's hex sha256.
+func (s *Store) FetchObject(ctx context.Context, name string, f *os.File, tee io.Writer) (string, error) {
+	return s.fetchSum(ctx, name, "", f, tee)
 }
 
-func (s *Store) fetch(ctx context.Context, name, want string, f *os.File) error {
-	_, err := s.fetchSum(ctx, name, want, f)
-	return err
-}
-
-func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File) (string, error) {
+func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File, tee io.Writer) (string, error) {
 	if err := f.Truncate(0); err != nil {
 		return "", err
 	}
@@ -236,7 +240,14 @@ func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File) (st
 	defer res.Close()
 	// The object store checks the bytes against its digest when the last
 	// chunk is read; that digest must also be the one recorded.
-	if _, err := io.Copy(f, res); err != nil {
+	var w io.Writer = f
+	if tee != nil {
+		w = io.MultiWriter(f, tee)
+	}
+	if _, err := io.Copy(w, res); err != nil {
+		if errcode.Of(err) != "" && errcode.Of(err) != errcode.Internal {
+			return "", err // the tee's verdict
+		}
 		if errors.Is(err, jetstream.ErrDigestMismatch) || errors.Is(err, jetstream.ErrObjectNotFound) {
 			return "", errcode.Wrap(errcode.SnapshotCorrupt, err, name)
 		}
@@ -287,30 +298,35 @@ const MaxWindow = 64 << 20
 // recorded format says). A decompression bomb is stopped by the archive
 // limits of whoever reads the tar stream; the decoder's memory is bounded.
 func ArchiveReader(f *os.File) (io.Reader, func(), error) {
-	head := make([]byte, 4)
-	n, err := io.ReadFull(f, head)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return nil, nil, err
-	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, nil, err
 	}
-	head = head[:n]
+	return ArchiveStream(f)
+}
+
+// ArchiveStream is ArchiveReader for a stream: it tells the format by
+// peeking at the first bytes.
+func ArchiveStream(r io.Reader) (io.Reader, func(), error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	head, err := br.Peek(4)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, errcode.Wrap(errcode.InvalidArchive, err, "read archive")
+	}
 	switch {
 	case bytes.HasPrefix(head, zstdMagic):
-		d, err := zstd.NewReader(f, zstd.WithDecoderMaxWindow(MaxWindow), zstd.WithDecoderConcurrency(1))
+		d, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(MaxWindow), zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return nil, nil, errcode.Wrap(errcode.InvalidArchive, err, "zstd")
 		}
 		return d.IOReadCloser(), d.Close, nil
 	case bytes.HasPrefix(head, gzipMagic):
-		z, err := gzip.NewReader(f)
+		z, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, nil, errcode.Wrap(errcode.InvalidArchive, err, "gzip")
 		}
 		return z, func() { z.Close() }, nil
 	}
-	return f, func() {}, nil
+	return br, func() {}, nil
 }
 
 // Upload stores r as a temporary object under uploads/ (for archives and
