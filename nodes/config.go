@@ -47,9 +47,10 @@ type Config struct {
 	// ArchiveLimits bound the archives hydrate extracts (zero fields: the
 	// archive package's defaults).
 	ArchiveLimits archive.Limits
-	// UncompressedSnapshots writes plain tar snapshots instead of zstd
-	// ones (faster for incompressible workspaces; see docs/benchmarks.md).
-	UncompressedSnapshots bool
+	// CompressSnapshots writes zstd snapshots instead of plain tar ones
+	// (smaller for compressible workspaces, slower for incompressible
+	// ones; see docs/benchmarks.md).
+	CompressSnapshots bool
 }
 
 // Validate checks the config.

@@ -36,8 +36,8 @@ func (a *Agent) workspaces(ctx context.Context) (*objectstore.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a.cfg.UncompressedSnapshots {
-		st = st.Uncompressed()
+	if a.cfg.CompressSnapshots {
+		st = st.Compressed()
 	}
 	a.mu.Lock()
 	a.store = st

@@ -399,3 +399,36 @@ func zstdOf(t *testing.T, data []byte) []byte {
 	}
 	return buf.Bytes()
 }
+
+// TestZstdSnapshots: a node that compresses its snapshots writes tar+zstd
+// ones, which resume restores byte for byte; a compressible workspace
+// stores far smaller than it is.
+func TestZstdSnapshots(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{Node: nodes.Config{ID: "z1", CompressSnapshots: true}})
+	ctx := testenv.Context(t, 2*time.Minute)
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := []byte(strings.Repeat("func main() { fmt.Println(\"hello, paddock\") }\n", 20000))
+	if _, err := st.Client.WriteFile(ctx, s.SessionID, "src/main.go", text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := st.Client.Persist(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Format != "tar+zstd" || snap.Size*10 > int64(len(text)) || snap.StoredSHA256 == snap.SHA256 {
+		t.Fatalf("snapshot = %+v; want tar+zstd, stored at under a tenth of %d bytes", snap, len(text))
+	}
+	if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.Client.Resume(ctx, s.SessionID, nil); err != nil || !res.Restored {
+		t.Fatalf("resume = %+v, %v", res, err)
+	}
+	got, err := st.Client.ReadFile(ctx, s.SessionID, "src/main.go")
+	if err != nil || !bytes.Equal(got, text) {
+		t.Fatalf("after resume: %d bytes, %v", len(got), err)
+	}
+}

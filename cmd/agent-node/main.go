@@ -59,7 +59,7 @@ type config struct {
 	drainTimeout time.Duration
 	reapGrace    time.Duration
 	labels       string
-	plainSnaps   bool
+	zstdSnaps    bool
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&cfg.capture, "capture-output", 0, "capture up to N bytes of exec stdout/stderr in events (0: byte counts only)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for in-flight commands")
 	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
-	fs.BoolVar(&cfg.plainSnaps, "uncompressed-snapshots", false, "store workspace snapshots as plain tar instead of zstd")
+	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "compress workspace snapshots with zstd (smaller for compressible workspaces)")
 	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			agent, err := nodes.New(nc, events.NewLog(js, "", ""), nodes.Config{
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
-				UncompressedSnapshots: cfg.plainSnaps,
+				CompressSnapshots: cfg.zstdSnaps,
 			}, logger, rts...)
 			if err != nil {
 				return err

@@ -32,7 +32,7 @@ type serveConfig struct {
 	noLocalNode bool
 	nodeID      string
 	runtime     string
-	plainSnaps  bool
+	zstdSnaps   bool
 	capture     int
 	replicas    int
 	maxAge      time.Duration
@@ -59,7 +59,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.natsURL, "nats-url", "", "use this NATS server instead of embedding one")
 	fs.BoolVar(&cfg.noLocalNode, "no-local-node", false, "do not run a node agent in this process")
 	fs.StringVar(&cfg.nodeID, "node-id", hostNodeID(), "id of the in-process node")
-	fs.BoolVar(&cfg.plainSnaps, "uncompressed-snapshots", false, "the in-process node stores workspace snapshots as plain tar instead of zstd")
+	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "the in-process node compresses workspace snapshots with zstd")
 	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime of the in-process node: "+runtimes.Modes+" (auto: Docker when its daemon answers)")
 	fs.IntVar(&cfg.capture, "capture-output", 0, "capture up to N bytes of exec stdout/stderr in events (0: byte counts only)")
 	fs.IntVar(&cfg.replicas, "replicas", 1, "replicas of the events stream and buckets (use 3 on a cluster)")
@@ -115,7 +115,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				return err
 			}
 			lc.Append(fx.StopHook(closeRuntimes))
-			agent, err := nodes.New(nc, log, nodes.Config{ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, UncompressedSnapshots: cfg.plainSnaps}, logger, rts...)
+			agent, err := nodes.New(nc, log, nodes.Config{ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, CompressSnapshots: cfg.zstdSnaps}, logger, rts...)
 			if err != nil {
 				return err
 			}
