@@ -92,6 +92,9 @@ func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, sna
 	if err != nil {
 		return archive.Stats{}, err
 	}
+	if st, ok := sb.(stager); ok {
+		return a.restoreStaged(ctx, s, st, store, snapshotID, upload)
+	}
 	f, err := os.CreateTemp("", "paddock-hydrate-*.tar")
 	if err != nil {
 		return archive.Stats{}, errcode.Wrap(errcode.Internal, err, "temporary archive")
@@ -138,6 +141,63 @@ func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, sna
 	}
 	defer done()
 	return sb.ImportWorkspace(ctx, r, lim)
+}
+
+// stager is a runtime sandbox that can extract an archive beside its
+// workspace while the archive arrives and swap it in afterwards (the local
+// runtime).
+type stager interface {
+	StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error)
+}
+
+// restoreStaged extracts the archive into the sandbox's staging area as
+// it downloads, and swaps it in only once the download is whole, its
+// digest matched and every member passed; otherwise the staging area is
+// removed and the workspace is as it was.
+func (a *Agent) restoreStaged(ctx context.Context, s *session, stg stager, store *objectstore.Store, snapshotID, upload string) (archive.Stats, error) {
+	type staged struct {
+		st     archive.Stats
+		commit func() error
+		abort  func()
+		err    error
+	}
+	pr, pw := io.Pipe()
+	ch := make(chan staged, 1)
+	go func() { // ends when the download ends (pw closed) or staging fails
+		var out staged
+		r, done, err := objectstore.ArchiveStream(pr)
+		if err == nil {
+			out.st, out.commit, out.abort, err = stg.StageWorkspace(ctx, r, a.cfg.ArchiveLimits)
+			done()
+		}
+		if err == nil {
+			_, err = io.Copy(io.Discard, pr) // bytes after the archive's end
+		}
+		out.err = err
+		pr.CloseWithError(err)
+		ch <- out
+	}()
+	var err error
+	if upload != "" {
+		_, err = store.FetchObject(ctx, upload, nil, pw)
+	} else {
+		_, err = store.FetchTee(ctx, s.tenant, s.id, snapshotID, nil, pw)
+	}
+	pw.CloseWithError(err)
+	out := <-ch
+	if err != nil || out.err != nil {
+		if out.abort != nil {
+			out.abort()
+		}
+		if err != nil {
+			return archive.Stats{}, err
+		}
+		return archive.Stats{}, out.err
+	}
+	if err := out.commit(); err != nil {
+		return archive.Stats{}, err
+	}
+	return out.st, nil
 }
 
 // fingerprint returns the sha256 of the workspace's archive as persist

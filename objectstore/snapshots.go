@@ -193,7 +193,8 @@ func (s *Store) Fetch(ctx context.Context, tenant, session, id string, f *os.Fil
 }
 
 // FetchTee is Fetch that also writes every downloaded byte to tee (when not
-// nil), so that a caller can check the archive while it arrives. An error
+// nil), so that a caller can check the archive while it arrives; f may be
+// nil when tee is all the caller needs. An error
 // tee returns aborts the download and is returned as it is.
 func (s *Store) FetchTee(ctx context.Context, tenant, session, id string, f *os.File, tee io.Writer) (Snapshot, error) {
 	snap, err := s.Info(ctx, tenant, session, id)
@@ -218,11 +219,13 @@ func (s *Store) FetchObject(ctx context.Context, name string, f *os.File, tee io
 }
 
 func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File, tee io.Writer) (string, error) {
-	if err := f.Truncate(0); err != nil {
-		return "", err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return "", err
+	if f != nil {
+		if err := f.Truncate(0); err != nil {
+			return "", err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", err
+		}
 	}
 	// Without a deadline the object store bounds the whole download by its
 	// default request timeout (seconds); a large snapshot needs longer.
@@ -241,8 +244,15 @@ func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File, tee
 	defer res.Close()
 	// The object store checks the bytes against its digest when the last
 	// chunk is read; that digest must also be the one recorded.
-	var w io.Writer = f
-	if tee != nil {
+	var w io.Writer
+	switch {
+	case f == nil && tee == nil:
+		w = io.Discard
+	case f == nil:
+		w = tee
+	case tee == nil:
+		w = f
+	default:
 		w = io.MultiWriter(f, tee)
 	}
 	if _, err := io.Copy(w, res); err != nil {
@@ -265,8 +275,10 @@ func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File, tee
 	if want != "" && got != want {
 		return "", errcode.New(errcode.SnapshotCorrupt, "%s has sha256 %s, recorded %s", name, got, want)
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return "", fmt.Errorf("rewind %s: %w", f.Name(), err)
+	if f != nil {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", fmt.Errorf("rewind %s: %w", f.Name(), err)
+		}
 	}
 	return got, nil
 }

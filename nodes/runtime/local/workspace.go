@@ -2,8 +2,11 @@ package local
 
 import (
 	"context"
+	"crypto/rand"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
@@ -40,4 +43,62 @@ func (s *Sandbox) ImportWorkspace(ctx context.Context, r io.Reader, lim archive.
 		}
 	}
 	return archive.Extract(root, r, lim)
+}
+
+// StageWorkspace extracts the archive r, member by member as archive
+// checks them, into a staging directory beside the workspace, so that it
+// can run while the archive is still arriving. commit swaps the staging
+// directory in place of the workspace (the old one is removed); abort
+// removes it. On an error nothing is left and the workspace is untouched.
+func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error) {
+	if _, err := s.fsRoot(); err != nil {
+		return archive.Stats{}, nil, nil, err
+	}
+	staging := filepath.Join(s.sessionDir, ".staging-"+rand.Text())
+	if err := os.Mkdir(staging, 0o755); err != nil {
+		return archive.Stats{}, nil, nil, errcode.Wrap(errcode.RuntimeError, err, "staging directory")
+	}
+	abort := func() { _ = os.RemoveAll(staging) }
+	root, err := os.OpenRoot(staging)
+	if err != nil {
+		abort()
+		return archive.Stats{}, nil, nil, errcode.Wrap(errcode.RuntimeError, err, "staging directory")
+	}
+	st, err := archive.Extract(root, r, lim)
+	root.Close()
+	if err != nil {
+		abort()
+		return st, nil, nil, err
+	}
+	commit := func() error {
+		s.mu.Lock()
+		if s.state == stateShutDown {
+			s.mu.Unlock()
+			abort()
+			return errcode.New(errcode.InvalidState, "sandbox is shut down")
+		}
+		old := filepath.Join(s.sessionDir, ".old-"+rand.Text())
+		if err := os.Rename(s.dir, old); err != nil {
+			s.mu.Unlock()
+			abort()
+			return errcode.Wrap(errcode.RuntimeError, err, "swap workspace")
+		}
+		if err := os.Rename(staging, s.dir); err != nil {
+			_ = os.Rename(old, s.dir) // put the old one back
+			s.mu.Unlock()
+			abort()
+			return errcode.Wrap(errcode.RuntimeError, err, "swap workspace")
+		}
+		newRoot, err := os.OpenRoot(s.dir)
+		if err != nil {
+			s.mu.Unlock()
+			return errcode.Wrap(errcode.RuntimeError, err, "open swapped workspace")
+		}
+		oldRoot := s.root
+		s.root = newRoot
+		s.mu.Unlock()
+		oldRoot.Close()
+		return os.RemoveAll(old)
+	}
+	return st, commit, abort, nil
 }
