@@ -33,6 +33,10 @@ type Sandbox struct {
 	root  *os.Root   // nil after Shutdown
 	state state
 	procs map[*proc]struct{} // running commands
+
+	// cleanups tracks the removals of replaced workspaces that run after a
+	// hydrate has answered; Shutdown waits for them.
+	cleanups sync.WaitGroup
 }
 
 // proc is one running command: its process group and a channel closed once
@@ -91,6 +95,7 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 
 	werr := waitProcs(ctx, procs)
 	_ = root.Close()
+	s.cleanups.Wait()
 	if err := removeTree(s.sessionDir); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "remove sandbox directory")
 	}

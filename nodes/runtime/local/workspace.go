@@ -50,6 +50,7 @@ func (s *Sandbox) ImportWorkspace(ctx context.Context, r io.Reader, lim archive.
 // can run while the archive is still arriving. commit swaps the staging
 // directory in place of the workspace (the old one is removed); abort
 // removes it. On an error nothing is left and the workspace is untouched.
+// The replaced workspace is removed in the background; Shutdown waits.
 func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error) {
 	if _, err := s.fsRoot(); err != nil {
 		return archive.Stats{}, nil, nil, err
@@ -96,9 +97,16 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 		}
 		oldRoot := s.root
 		s.root = newRoot
+		// The replaced tree is removed off the hydrate's path; Shutdown
+		// waits for it.
+		s.cleanups.Add(1)
 		s.mu.Unlock()
 		oldRoot.Close()
-		return os.RemoveAll(old)
+		go func() {
+			defer s.cleanups.Done()
+			_ = os.RemoveAll(old)
+		}()
+		return nil
 	}
 	return st, commit, abort, nil
 }
