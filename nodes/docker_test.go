@@ -174,3 +174,57 @@ func TestDockerReaper(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDockerReattachAfterResume: a session re-created by resume (epoch 2,
+// a new container) is reattached by a restarted node at its new epoch,
+// not reaped as an orphan.
+func TestDockerReattachAfterResume(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	node := "reres-" + uuid.NewString()[:8]
+	rt := dockerRuntime(t, node)
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	ctx := testenv.Context(t, 2*time.Minute)
+	cfg := nodes.Config{ID: node, ReapGrace: time.Millisecond, ReapInterval: 50 * time.Millisecond}
+	first := startAgent(t, st, cfg, rt)
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Client.WriteFile(ctx, s.SessionID, "f.txt", []byte("epoch one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Client.Persist(ctx, s.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.Client.Resume(ctx, s.SessionID, nil); err != nil || res.Epoch != 2 {
+		t.Fatalf("resume = %+v, %v", res, err)
+	}
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := startAgent(t, st, cfg, rt)
+	if got := second.Sessions(); len(got) != 1 {
+		t.Fatalf("reattached %v, want the resumed session", got)
+	}
+	// The reattached session serves (and, held, is never the reaper's).
+	testenv.Eventually(t, 10*time.Second, func() error {
+		got, err := st.Client.ReadFile(ctx, s.SessionID, "f.txt")
+		if err != nil {
+			return err
+		}
+		if string(got) != "epoch one" {
+			return fmt.Errorf("f.txt = %q", got)
+		}
+		return nil
+	})
+	found, err := rt.FindSandboxes(ctx)
+	if err != nil || len(found) != 1 || found[0].Epoch != 2 {
+		t.Fatalf("containers = %+v, %v; want the one at epoch 2", found, err)
+	}
+	if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+		t.Fatal(err)
+	}
+}
