@@ -2,8 +2,11 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +15,10 @@ import (
 
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 )
+
+// SandboxImage is the tag of the sandbox base image the tests use (the
+// Docker runtime's docker.BaseImage).
+const SandboxImage = docker.BaseImage
 
 // ci reports whether the tests run in CI, where a missing Docker engine or
 // busybox is a failure, never a skip.
@@ -24,8 +31,8 @@ var (
 )
 
 // DockerClient returns a client of the local Docker engine, shared by the
-// test binary. Without an engine that answers, the test is skipped, or
-// fails when CI=true.
+// test binary, once the engine has answered a ping within 5 s. Without an
+// engine that answers, the test is skipped, or fails when CI=true.
 func DockerClient(t testing.TB) *client.Client {
 	t.Helper()
 	dockerOnce.Do(func() {
@@ -39,19 +46,21 @@ func DockerClient(t testing.TB) *client.Client {
 	})
 	if dockerErr != nil {
 		if ci() {
-			t.Fatalf("CI=true but no Docker engine answers: %v", dockerErr)
+			t.Fatalf("CI=true but no Docker daemon answers: %v", dockerErr)
 		}
-		t.Skipf("no Docker engine: %v", dockerErr)
+		t.Skipf("no Docker daemon answers: %v", dockerErr)
 	}
 	return dockerCli
 }
 
+// imageMu serialises the check-and-build within the test binary; a lock
+// file serialises it between the binaries `go test ./...` runs at once.
 var imageMu sync.Mutex
 
-// SandboxBaseImage makes sure the sandbox base image (docker.BaseImage) is
-// on the engine, building it from the host's busybox-static when it is
-// not, and returns its tag. Without busybox-static the test is skipped, or
-// fails when CI=true.
+// SandboxBaseImage makes sure the sandbox base image (SandboxImage) is on
+// the engine, building it from the host's busybox-static when it is not
+// (once: later calls find it), and returns its tag. Without a static
+// /bin/busybox the test is skipped, or fails when CI=true.
 func SandboxBaseImage(t testing.TB) string {
 	t.Helper()
 	cli := DockerClient(t)
@@ -59,21 +68,54 @@ func SandboxBaseImage(t testing.TB) string {
 	defer imageMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err := cli.ImageInspect(ctx, docker.BaseImage)
-	if err == nil {
-		return docker.BaseImage
-	}
-	if !errdefs.IsNotFound(err) {
-		t.Fatalf("inspect %s: %v", docker.BaseImage, err)
-	}
-	if _, err := os.Stat(docker.DefaultBusybox); err != nil {
-		if ci() {
-			t.Fatalf("CI=true but %s is missing: apt-get install busybox-static", docker.DefaultBusybox)
+	present := func() bool {
+		t.Helper()
+		_, err := cli.ImageInspect(ctx, SandboxImage)
+		if err != nil && !errdefs.IsNotFound(err) {
+			t.Fatalf("inspect %s: %v", SandboxImage, err)
 		}
-		t.Skipf("no %s (apt-get install busybox-static): %v", docker.DefaultBusybox, err)
+		return err == nil
 	}
-	if err := docker.BuildBaseImage(ctx, cli, docker.BaseImage, docker.DefaultBusybox); err != nil {
-		t.Fatalf("build %s: %v", docker.BaseImage, err)
+	if present() {
+		return SandboxImage
 	}
-	return docker.BaseImage
+	if err := docker.CheckBusybox(docker.DefaultBusybox); err != nil {
+		if ci() {
+			t.Fatalf("CI=true but the sandbox image cannot be built: %v", err)
+		}
+		t.Skipf("cannot build the sandbox image: %v", err)
+	}
+	if unlock, err := lockFile(filepath.Join(os.TempDir(), "paddock-sandbox-image.lock")); err != nil {
+		t.Logf("building without the lock file (two test binaries may both build): %v", err)
+	} else {
+		defer unlock()
+		if present() { // another test binary built it meanwhile
+			return SandboxImage
+		}
+	}
+	if err := BuildSandboxImage(ctx, cli, SandboxImage); err != nil {
+		t.Fatalf("build %s: %v", SandboxImage, err)
+	}
+	return SandboxImage
+}
+
+// BuildSandboxImage builds the sandbox base image under tag from the
+// host's busybox-static (/bin/busybox) through the engine API; see
+// docker.BuildBaseImage. It is not a test helper: commands can use it.
+func BuildSandboxImage(ctx context.Context, cli *client.Client, tag string) error {
+	return docker.BuildBaseImage(ctx, cli, tag, docker.DefaultBusybox)
+}
+
+// lockFile takes an exclusive flock on p (made if missing) and returns
+// its release.
+func lockFile(p string) (func(), error) {
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("flock %s: %w", p, err)
+	}
+	return func() { f.Close() }, nil // closing the file releases the lock
 }

@@ -26,17 +26,22 @@ const BaseImage = "paddock/sandbox-base:test"
 // binary.
 const DefaultBusybox = "/bin/busybox"
 
-// BuildBaseImage imports a minimal sandbox image under tag, made FROM
-// scratch out of a static busybox binary (sh, tar, ls, cat, ... as applet
-// links in /bin), with root and nobody (65534) users and /workspace owned
-// by nobody. No registry is needed. busybox must be statically linked.
+// BuildBaseImage makes a minimal sandbox image under tag, FROM scratch out
+// of a static busybox binary (every applet busybox --list names as a link
+// in /bin), with root and nobody (65534) users, /tmp (1777), and
+// /workspace owned by nobody; PATH=/bin, WORKDIR /workspace. No registry
+// and no docker CLI are needed: the root file system is made in memory and
+// handed to the engine's image import, which keeps the archive's owners
+// and makes one layer (a Dockerfile build's COPY would make /workspace
+// root's). It returns an error for a busybox that is missing or not
+// statically linked (see CheckBusybox) and for the engine's failures.
 func BuildBaseImage(ctx context.Context, cli *client.Client, tag, busybox string) error {
+	if err := CheckBusybox(busybox); err != nil {
+		return err
+	}
 	bin, err := os.ReadFile(busybox)
 	if err != nil {
 		return fmt.Errorf("base image: %w (on Debian: apt-get install busybox-static)", err)
-	}
-	if err := checkStatic(busybox); err != nil {
-		return err
 	}
 	out, err := exec.CommandContext(ctx, busybox, "--list").Output()
 	if err != nil {
@@ -68,17 +73,18 @@ func BuildBaseImage(ctx context.Context, cli *client.Client, tag, busybox string
 	}
 }
 
-// checkStatic refuses a dynamically linked binary: FROM scratch has no
-// loader or libc.
-func checkStatic(p string) error {
+// CheckBusybox returns an error unless p is a statically linked ELF
+// binary (FROM scratch has no loader or libc), as Debian's busybox-static
+// installs it; the error says how to get one.
+func CheckBusybox(p string) error {
 	f, err := elf.Open(p)
 	if err != nil {
-		return fmt.Errorf("base image: %s is not an ELF binary: %w", p, err)
+		return fmt.Errorf("base image: %s is missing or not an ELF binary (on Debian: apt-get install busybox-static): %w", p, err)
 	}
 	defer f.Close()
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
-			return fmt.Errorf("base image: %s is dynamically linked; install Debian's busybox-static", p)
+			return fmt.Errorf("base image: %s is dynamically linked (on Debian: apt-get install busybox-static)", p)
 		}
 	}
 	return nil

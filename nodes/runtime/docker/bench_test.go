@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
 	"github.com/google/uuid"
 
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -15,53 +17,188 @@ import (
 	"github.com/paddock-dev/paddock/testenv"
 )
 
-// BenchmarkExecRuntime isolates the runtime's share of exec: Sandbox.Exec
-// of `true` against the raw exec create/attach/inspect with the same
-// options, alternating in one container, no NATS and no events.
+// Benchmarks run on the real engine and are skipped, never failed, when
+// it does not answer or the base image cannot be had (they do not run in
+// CI):
 //
-//	go test -run '^$' -bench BenchmarkExecRuntime -benchtime 150x ./nodes/runtime/docker/
-func BenchmarkExecRuntime(b *testing.B) {
-	cli := testenv.DockerClient(b)
-	rt, err := docker.New(docker.Config{Client: cli, Node: "bench-" + uuid.NewString()[:8]})
+//	go test -run '^$' -bench . -benchtime 20x ./nodes/runtime/docker/
+
+// benchEnv returns a client and the base image, or skips b.
+func benchEnv(b *testing.B) (*client.Client, string) {
+	b.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		b.Skipf("no Docker client: %v", err)
+	}
+	b.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		b.Skipf("no Docker daemon answers: %v", err)
+	}
+	if _, err := cli.ImageInspect(ctx, docker.BaseImage); errdefs.IsNotFound(err) {
+		if err := docker.CheckBusybox(docker.DefaultBusybox); err != nil {
+			b.Skipf("no base image and none can be built: %v", err)
+		}
+	}
+	return cli, testenv.SandboxBaseImage(b)
+}
+
+// benchRuntime returns a runtime on a node of its own whose containers are
+// removed when the benchmark ends.
+func benchRuntime(b *testing.B, cli *client.Client) *docker.Runtime {
+	b.Helper()
+	rt, err := docker.New(docker.Config{Client: cli, Node: "bench-" + uuid.NewString()})
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { testenv.RemoveContainers(b, cli, docker.LabelNode+"="+rt.Node()) })
+	return rt
+}
+
+// measure runs op b.N times and reports its p50 and p99 latency. The
+// cleanup op returns (may be nil) runs outside the timings.
+func measure(b *testing.B, op func() (cleanup func(), err error)) {
+	b.Helper()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		cleanup, err := op()
+		lat = append(lat, time.Since(t0))
+		if cleanup != nil {
+			b.StopTimer()
+			cleanup()
+			b.StartTimer()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
+
+// BenchmarkCreateStart compares a raw ContainerCreate+ContainerStart with
+// the runtime's equivalent configuration against Runtime.Create (which
+// also checks the image and the workspace root's owner, and resolves the
+// user). Removal runs outside the timings.
+func BenchmarkCreateStart(b *testing.B) {
+	cli, image := benchEnv(b)
 	ctx := context.Background()
-	sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: testenv.SandboxBaseImage(b)})
+	b.Run("raw", func(b *testing.B) {
+		node := "bench-" + uuid.NewString()
+		b.Cleanup(func() { testenv.RemoveContainers(b, cli, docker.LabelNode+"="+node) })
+		pids, init := int64(docker.DefaultPidsLimit), true
+		host := &container.HostConfig{
+			CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges:true"}, NetworkMode: "none", Init: &init,
+			LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+			Resources: container.Resources{Memory: docker.DefaultMemoryBytes, MemorySwap: docker.DefaultMemoryBytes, NanoCPUs: 1e9, PidsLimit: &pids},
+		}
+		measure(b, func() (func(), error) {
+			session := uuid.NewString()
+			cfg := &container.Config{
+				Image: image, User: docker.DefaultUser, WorkingDir: runtime.DefaultWorkspaceRoot,
+				Cmd:    []string{"/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"},
+				Labels: map[string]string{docker.LabelNode: node, docker.LabelSession: session, docker.LabelTenant: "bench", docker.LabelEpoch: "1"},
+			}
+			c, err := cli.ContainerCreate(ctx, cfg, host, nil, nil, docker.ContainerName("bench", session, 1))
+			if err != nil {
+				return nil, err
+			}
+			cleanup := func() { _ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}) }
+			return cleanup, cli.ContainerStart(ctx, c.ID, container.StartOptions{})
+		})
+	})
+	b.Run("runtime", func(b *testing.B) {
+		rt := benchRuntime(b, cli)
+		measure(b, func() (func(), error) {
+			sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
+			if err != nil {
+				return nil, err
+			}
+			return func() { _ = sb.Shutdown(ctx) }, nil
+		})
+	})
+}
+
+// BenchmarkExecTrue compares a raw exec create/attach/inspect of `true`
+// with Sandbox.Exec of it (the wrapper, its leftover scan and the exit
+// code check included), each in a container of its own.
+func BenchmarkExecTrue(b *testing.B) {
+	cli, image := benchEnv(b)
+	ctx := context.Background()
+	rt := benchRuntime(b, cli)
+	newSandbox := func(b *testing.B) *docker.Sandbox {
+		sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = sb.Shutdown(ctx) })
+		return sb.(*docker.Sandbox)
+	}
+	b.Run("raw", func(b *testing.B) {
+		id := newSandbox(b).ID()
+		measure(b, func() (func(), error) { return nil, rawExec(ctx, cli, id) })
+	})
+	b.Run("runtime", func(b *testing.B) {
+		sb := newSandbox(b)
+		measure(b, func() (func(), error) {
+			_, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}})
+			return nil, err
+		})
+	})
+}
+
+// rawExec runs `true` in container id through the raw exec calls, with the
+// options Sandbox.Exec would give it.
+func rawExec(ctx context.Context, cli *client.Client, id string) error {
+	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{
+		Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true,
+		User: docker.DefaultUser, WorkingDir: runtime.DefaultWorkspaceRoot,
+	})
+	if err != nil {
+		return err
+	}
+	att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, att.Reader)
+	att.Close()
+	_, err = cli.ContainerExecInspect(ctx, ex.ID)
+	return err
+}
+
+// BenchmarkExecRuntime isolates the runtime's share of exec: Sandbox.Exec
+// of `true` against the raw exec create/attach/inspect with the same
+// options, alternating in one container (so that drift hits both alike),
+// no NATS and no events.
+//
+//	go test -run '^$' -bench BenchmarkExecRuntime -benchtime 150x ./nodes/runtime/docker/
+func BenchmarkExecRuntime(b *testing.B) {
+	cli, image := benchEnv(b)
+	ctx := context.Background()
+	rt := benchRuntime(b, cli)
+	sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer sb.Shutdown(ctx)
 	id := sb.(*docker.Sandbox).ID()
-	opts := container.ExecOptions{
-		Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true,
-		User: docker.DefaultUser, WorkingDir: runtime.DefaultWorkspaceRoot, Env: []string{"PADDOCK_EXEC=bench"},
-	}
-	raw := func() error {
-		ex, err := cli.ContainerExecCreate(ctx, id, opts)
-		if err != nil {
-			return err
-		}
-		att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, att.Reader)
-		att.Close()
-		_, err = cli.ContainerExecInspect(ctx, ex.ID)
-		return err
-	}
-	viaRuntime := func() error {
-		_, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}})
-		return err
-	}
 	var lr, lp []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, x := range []struct {
 			fn  func() error
 			lat *[]time.Duration
-		}{{raw, &lr}, {viaRuntime, &lp}} {
+		}{
+			{func() error { return rawExec(ctx, cli, id) }, &lr},
+			{func() error { _, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}}); return err }, &lp},
+		} {
 			t0 := time.Now()
 			if err := x.fn(); err != nil {
 				b.Fatal(err)

@@ -16,36 +16,49 @@
 //	logs           json-file, max-size 1m, one file: a sandbox cannot fill the disk
 //	init           Docker's init as pid 1, so orphans are reaped
 //
-// Every container is named paddock-<tenant>-<session> and labelled
-// paddock.session, paddock.tenant, paddock.node, paddock.epoch and
-// paddock.workspace_root; the create spec's labels go under
-// paddock.label.<key>. FindSandboxes finds a node's containers again by
-// these labels after the node agent restarts.
+// Every container is named paddock-<tenant>-<session> (with .e<epoch> after
+// the first epoch, and a hashed form for identifiers Docker would refuse or
+// that could be ambiguous: see ContainerName) and labelled paddock.session,
+// paddock.tenant, paddock.node, paddock.epoch and paddock.workspace_root;
+// the create spec's labels go under paddock.label.<key>. FindSandboxes
+// finds a node's containers again by these labels after the node agent
+// restarts. The workspace root is made a directory owned by the sandbox
+// user (an archive copy of one directory entry with its uid and gid, as
+// the user may not be root and nobody inside has the capability to chown),
+// unless the image already has it so.
 //
 // # Exec
 //
 // Exec runs through exec create/attach/inspect, with stdout and stderr
 // demultiplexed (stdcopy) into capped buffers that keep counting past the
-// cap. Every exec carries a marker variable (PADDOCK_EXEC=<id>); on a
-// timeout or a cancelled context a second exec, as the same user, kills
-// every process that carries the marker, so a command's whole tree dies,
-// background children included. A process that scrubs its environment
-// escapes that kill, but not the pids limit, Stop or Shutdown. The image
-// needs /bin/sh, cat and tr for that kill (the base image has busybox).
+// cap. The argv runs under a small /bin/sh wrapper in a session of its own
+// (runc makes every exec a session leader): the wrapper reports its pid,
+// and when the command exits it kills whatever the command left in the
+// session. On a timeout or a cancelled context a second exec, as the same
+// user, freezes and then kills the whole session and its descendants. Both
+// kills use shell builtins only, so an image needs /bin/sh and nothing more
+// for them; see wrapper.go.
 //
 // # Files
 //
-// File operations use the archive endpoints (CopyFromContainer,
-// CopyToContainer, ContainerStatPath), which work on stopped containers too;
-// only Remove needs a running container (it runs rm in it). Every path is
-// first confined lexically (runtime.Rel) and then resolved component by
-// component inside the container: a symlink is followed only when its
-// target lies inside the workspace root, anything else is invalid_path.
-// Everything inside the container is treated as hostile (CVE-2018-15664):
-// a command could swap a directory for a symlink between the check and
-// the copy, but the daemon resolves every copy path inside the container's
-// root file system, so such a race reaches at most the container's own
-// files, never the host's. Written files belong to the sandbox user.
+// Every path is first confined lexically (runtime.Rel) and then resolved
+// component by component inside the container (ContainerStatPath): a
+// symlink is followed only when its target, as the daemon resolves it in
+// the container's root file system, lies inside the workspace root;
+// anything else is invalid_path. Everything inside the container is
+// treated as hostile (CVE-2018-15664): a command could swap a directory for
+// a symlink between the check and the operation, but the daemon resolves
+// every archive copy inside the container's root file system, and the
+// execs below enter their directory with cd -P and check it again, so such
+// a race reaches at most the container's own files, never the host's.
+//
+// Reads, writes and mkdir use the archive endpoints (CopyFromContainer,
+// CopyToContainer), which work on stopped containers too; written files and
+// directories belong to the sandbox user, with the mode asked for. List
+// runs one exec of sh and stat on a running sandbox (its cost does not grow
+// with the size of what lies below the directory) and reads the
+// directory's archive on a stopped one. Remove runs rm in the container
+// and needs it running.
 //
 // # Lifecycle
 //

@@ -4,22 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"path"
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 
@@ -68,10 +63,19 @@ type Config struct {
 	// LogMaxSize bounds the container's json-file log (default 1m).
 	LogMaxSize string
 	// PullTimeout bounds pulling an image that is not on the engine
-	// (default 60s).
+	// (default 30s): without a reachable registry a create fails with
+	// image_not_found within it.
 	PullTimeout time.Duration
 	// StopTimeout is how long Stop waits before it kills (default 2s).
 	StopTimeout time.Duration
+}
+
+// Validate returns an error for a negative limit or timeout.
+func (c Config) Validate() error {
+	if c.DefaultPidsLimit < 0 || c.DefaultMemoryBytes < 0 || c.DefaultCPUs < 0 || c.PullTimeout < 0 || c.StopTimeout < 0 {
+		return errors.New("docker: negative limit or timeout in config")
+	}
+	return nil
 }
 
 func (c Config) withDefaults() Config {
@@ -91,7 +95,7 @@ func (c Config) withDefaults() Config {
 		c.LogMaxSize = DefaultLogMaxSize
 	}
 	if c.PullTimeout == 0 {
-		c.PullTimeout = 60 * time.Second
+		c.PullTimeout = 30 * time.Second
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = 2 * time.Second
@@ -112,10 +116,12 @@ type Runtime struct {
 	rootReady map[string]bool
 }
 
-// New returns a Docker runtime. It does not contact the engine; Ping does.
+// New returns a Docker runtime, or an error for an invalid config or a
+// client that cannot be made from the environment. It does not contact the
+// engine; Ping does.
 func New(cfg Config) (*Runtime, error) {
-	if cfg.DefaultPidsLimit < 0 || cfg.DefaultMemoryBytes < 0 || cfg.DefaultCPUs < 0 || cfg.PullTimeout < 0 || cfg.StopTimeout < 0 {
-		return nil, errors.New("docker: negative limit or timeout in config")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	r := &Runtime{cli: cfg.Client, cfg: cfg.withDefaults(), rootReady: map[string]bool{}}
 	if r.cli == nil {
@@ -134,7 +140,9 @@ func (r *Runtime) Node() string { return r.cfg.Node }
 // Name returns "docker".
 func (r *Runtime) Name() string { return "docker" }
 
-// Ping checks that the engine answers.
+// Ping checks that the engine answers, for the node's choice of runtime;
+// an engine that does not is runtime_error (retryable), wrapping the
+// client's error.
 func (r *Runtime) Ping(ctx context.Context) error {
 	if _, err := r.cli.Ping(ctx); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "docker engine does not answer")
@@ -142,7 +150,8 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the client if the runtime made it.
+// Close releases the client if the runtime made it (and returns its
+// error); a client from Config is the caller's to close.
 func (r *Runtime) Close() error {
 	if r.ownsClient {
 		return r.cli.Close()
@@ -150,27 +159,39 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-var nameSafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]`)
+var (
+	plainTenant  = regexp.MustCompile(`^[a-zA-Z0-9_]+$`)
+	plainSession = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+	nameUnsafe   = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
+)
 
-// ContainerName is the name of a session's container at an epoch (epochs
-// after the first add -e<epoch>, so a resumed session's new container never
-// clashes with its old one). Names Docker does not accept are mapped onto
-// [a-zA-Z0-9_.-] with a hash suffix that keeps them unique.
+// ContainerName is the name of a session's container at an epoch:
+// paddock-<tenant>-<session>, with .e<epoch> appended after the first
+// epoch (a resumed session's new container never clashes with its old
+// one). Names are unique per (tenant, session, epoch): when the plain form
+// could be ambiguous (a '-' in the tenant) or Docker would refuse it (a
+// character outside [a-zA-Z0-9_-]), the sanitised form gets .h<hash of
+// tenant and session> instead. Identifiers never hold '.', so the plain,
+// hashed and epoch forms cannot meet.
 func ContainerName(tenant, session string, epoch uint64) string {
-	raw := tenant + "-" + session
-	if epoch > 1 {
-		raw += "-e" + strconv.FormatUint(epoch, 10)
-	}
-	name := nameSafe.ReplaceAllString(raw, "_")
-	if name != raw {
+	name := "paddock-" + tenant + "-" + session
+	if !plainTenant.MatchString(tenant) || !plainSession.MatchString(session) {
 		sum := sha256.Sum256([]byte(tenant + "\x00" + session))
-		name += "-" + hex.EncodeToString(sum[:4])
+		name = "paddock-" + nameUnsafe.ReplaceAllString(tenant+"-"+session, "_") + ".h" + hex.EncodeToString(sum[:8])
 	}
-	return "paddock-" + name
+	if epoch > 1 {
+		name += ".e" + strconv.FormatUint(epoch, 10)
+	}
+	return name
 }
 
-// Create makes and starts a container for spec. On error nothing it made
-// is left behind.
+// Create makes and starts a container for spec, hardened as the package
+// doc says, and returns its sandbox. On error nothing it made is left
+// behind. Errors: invalid_request for a bad spec (checked before the engine
+// is asked), image_not_found for an image that is not on the engine and
+// cannot be pulled within PullTimeout, already_exists when the session's
+// container exists, unavailable when ctx ends, runtime_error when the
+// engine fails.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
 	opts, err := r.options(spec)
 	if err != nil {
@@ -227,6 +248,9 @@ func (r *Runtime) options(spec runtime.Spec) (created, error) {
 		return bad("docker: negative pids, memory or cpu limit")
 	case spec.MemoryBytes > 0 && spec.MemoryBytes < 6<<20:
 		return bad("docker: memory %d is below Docker's 6 MiB minimum", spec.MemoryBytes)
+	}
+	if err := checkEnv(spec.Env); err != nil {
+		return created{}, err
 	}
 	root := spec.WorkspaceRoot
 	if root == "" {
@@ -288,51 +312,6 @@ func (r *Runtime) options(spec runtime.Spec) (created, error) {
 	}, nil
 }
 
-// ensureImage makes sure the image is on the engine, pulling it within
-// PullTimeout if a registry is reachable, and returns its id.
-func (r *Runtime) ensureImage(ctx context.Context, ref string) (string, error) {
-	img, err := r.cli.ImageInspect(ctx, ref)
-	if err == nil {
-		return img.ID, nil
-	}
-	if !errdefs.IsNotFound(err) {
-		return "", r.wrap(err, "inspect image "+ref)
-	}
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.PullTimeout)
-	defer cancel()
-	if perr := r.pull(pctx, ref); perr != nil {
-		return "", errcode.New(errcode.ImageNotFound, "image %s is not on the node and cannot be pulled: %v", ref, perr)
-	}
-	img, err = r.cli.ImageInspect(ctx, ref)
-	if err != nil {
-		return "", r.wrap(err, "inspect pulled image "+ref)
-	}
-	return img.ID, nil
-}
-
-func (r *Runtime) pull(ctx context.Context, ref string) error {
-	rc, err := r.cli.ImagePull(ctx, ref, image.PullOptions{})
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	// The pull reports failures inside its JSON progress stream.
-	dec := json.NewDecoder(rc)
-	for {
-		var msg struct {
-			Error string `json:"error"`
-		}
-		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if msg.Error != "" {
-			return errors.New(msg.Error)
-		}
-	}
-}
-
 // removeFailed removes the container a failed create may have left, but
 // only if it is this spec's (a name clash must not remove another).
 func (r *Runtime) removeFailed(name string, spec runtime.Spec) {
@@ -347,55 +326,6 @@ func (r *Runtime) removeFailed(name string, spec runtime.Spec) {
 		return
 	}
 	_ = r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-}
-
-// FindSandboxes returns the containers labelled with the runtime's node,
-// running or not, so that a restarted node agent can serve them again or
-// reap them. Containers with malformed labels are skipped.
-func (r *Runtime) FindSandboxes(ctx context.Context) ([]runtime.Found, error) {
-	list, err := r.cli.ContainerList(ctx, container.ListOptions{
-		All: true, Filters: filters.NewArgs(filters.Arg("label", LabelNode+"="+r.cfg.Node)),
-	})
-	if err != nil {
-		return nil, r.wrap(err, "list containers")
-	}
-	var out []runtime.Found
-	for _, c := range list {
-		epoch, err := strconv.ParseUint(c.Labels[LabelEpoch], 10, 64)
-		tenant, session := c.Labels[LabelTenant], c.Labels[LabelSession]
-		if err != nil || tenant == "" || session == "" {
-			continue
-		}
-		ins, err := r.cli.ContainerInspect(ctx, c.ID)
-		if errdefs.IsNotFound(err) {
-			continue // removed meanwhile
-		}
-		if err != nil {
-			return nil, r.wrap(err, "inspect container")
-		}
-		root := c.Labels[LabelWorkspaceRoot]
-		if root == "" {
-			root = runtime.DefaultWorkspaceRoot
-		}
-		env := map[string]string{}
-		user := ""
-		if ins.Config != nil {
-			user = ins.Config.User
-			for _, kv := range ins.Config.Env {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					env[k] = v
-				}
-			}
-		}
-		name := strings.TrimPrefix(ins.Name, "/")
-		out = append(out, runtime.Found{
-			Tenant: tenant, SessionID: session, Epoch: epoch,
-			Created: time.Unix(c.Created, 0), Running: ins.State != nil && ins.State.Running,
-			Env:     env,
-			Sandbox: &Sandbox{r: r, id: c.ID, name: name, root: root, user: user},
-		})
-	}
-	return out, nil
 }
 
 // wrap maps an engine error onto an error code.

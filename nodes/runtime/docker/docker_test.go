@@ -3,8 +3,6 @@ package docker_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,16 +17,19 @@ import (
 )
 
 // newRuntime returns a Docker runtime for a node of its own and checks, when
-// the test ends, that none of the node's containers is left.
+// the test ends, that none of the node's containers is left (removing any
+// that is).
 func newRuntime(t *testing.T) *docker.Runtime {
 	t.Helper()
 	cli := testenv.DockerClient(t)
-	node := "test-" + uuid.NewString()[:8]
+	node := "test-" + uuid.NewString()
 	rt, err := docker.New(docker.Config{Client: cli, Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Runs after the tests' own cleanups (registered later), which shut
+		// their sandboxes down: anything found now was left behind.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		found, err := rt.FindSandboxes(ctx)
@@ -37,8 +38,8 @@ func newRuntime(t *testing.T) *docker.Runtime {
 		}
 		for _, fd := range found {
 			t.Errorf("container of %s/%s left behind", fd.Tenant, fd.SessionID)
-			_ = fd.Sandbox.Shutdown(ctx)
 		}
+		testenv.RemoveContainers(t, cli, docker.LabelNode+"="+node)
 	})
 	return rt
 }
@@ -56,6 +57,7 @@ func create(t *testing.T, rt *docker.Runtime, s runtime.Spec) *docker.Sandbox {
 		t.Fatalf("Create: %v", err)
 	}
 	t.Cleanup(func() {
+		// t.Context is already cancelled when cleanups run.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := sb.Shutdown(ctx); err != nil {
@@ -65,23 +67,41 @@ func create(t *testing.T, rt *docker.Runtime, s runtime.Spec) *docker.Sandbox {
 	return sb.(*docker.Sandbox)
 }
 
+// sandbox creates a sandbox of the base image with the defaults.
+func sandbox(t *testing.T) *docker.Sandbox {
+	t.Helper()
+	rt := newRuntime(t)
+	return create(t, rt, spec(rt, testenv.SandboxBaseImage(t)))
+}
+
+// sh runs a shell script in sb and returns its stdout, failing the test
+// unless it exits 0.
+func sh(t *testing.T, sb runtime.Sandbox, script string) string {
+	t.Helper()
+	res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", script}, Timeout: time.Minute})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("sh -c %q: exit %d, stderr %q, %v", script, res.ExitCode, res.Stderr, err)
+	}
+	return string(res.Stdout)
+}
+
 func wantCode(t *testing.T, what string, err error, code errcode.Code) {
 	t.Helper()
-	if !errors.Is(err, &errcode.Error{Code: code}) {
-		t.Errorf("%s: got %v, want %s", what, err, code)
+	if got := errcode.Of(err); got != code {
+		t.Errorf("%s: got error %v (code %q), want code %q", what, err, got, code)
 	}
 }
 
 func TestContract(t *testing.T) {
 	image := testenv.SandboxBaseImage(t)
 	runtimetest.Run(t, func(t *testing.T) runtime.Runtime {
-		rt := newRuntime(t)
-		return nodeRuntime{rt}
+		return nodeRuntime{newRuntime(t)}
 	}, runtimetest.Options{Image: image})
 }
 
 // nodeRuntime makes the contract suite's sandboxes on the runtime's own
-// node, so that the leftover check finds them.
+// node (the suite names one node for all), so that the leftover check of
+// each subtest finds exactly its own.
 type nodeRuntime struct{ *docker.Runtime }
 
 func (n nodeRuntime) Create(ctx context.Context, s runtime.Spec) (runtime.Sandbox, error) {
@@ -89,92 +109,100 @@ func (n nodeRuntime) Create(ctx context.Context, s runtime.Spec) (runtime.Sandbo
 	return n.Runtime.Create(ctx, s)
 }
 
-// TestHardening inspects a created container and checks every hardening
-// default, then that a spec loosens only what it names.
-func TestHardening(t *testing.T) {
-	image := testenv.SandboxBaseImage(t)
-	cli := testenv.DockerClient(t)
-	rt := newRuntime(t)
-	s := spec(rt, image)
-	s.Labels = map[string]string{"team": "a"}
-	sb := create(t, rt, s)
-	c, err := cli.ContainerInspect(t.Context(), sb.ID())
+func TestName(t *testing.T) {
+	rt, err := docker.New(docker.Config{Client: testenv.DockerClient(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, cfg := c.HostConfig, c.Config
-	check := func(what string, ok bool, got any) {
-		t.Helper()
-		if !ok {
-			t.Errorf("%s: got %v", what, got)
-		}
+	if got := rt.Name(); got != "docker" {
+		t.Errorf("Name: got %q, want docker", got)
 	}
-	check("CapDrop ALL", slices.Contains(h.CapDrop, "ALL") && len(h.CapAdd) == 0, h.CapDrop)
-	check("no-new-privileges", slices.Contains(h.SecurityOpt, "no-new-privileges:true"), h.SecurityOpt)
-	check("default seccomp", !slices.ContainsFunc(h.SecurityOpt, func(o string) bool { return strings.Contains(o, "seccomp") }), h.SecurityOpt)
-	check("not privileged", !h.Privileged, h.Privileged)
-	check("pids limit", h.PidsLimit != nil && *h.PidsLimit == docker.DefaultPidsLimit, h.PidsLimit)
-	check("memory", h.Memory == docker.DefaultMemoryBytes, h.Memory)
-	check("swap equal to memory", h.MemorySwap == h.Memory, h.MemorySwap)
-	check("cpus", h.NanoCPUs == 1e9, h.NanoCPUs)
-	check("network none", h.NetworkMode == "none", h.NetworkMode)
-	check("init", h.Init != nil && *h.Init, h.Init)
-	check("log driver bounded", h.LogConfig.Type == "json-file" && h.LogConfig.Config["max-size"] == docker.DefaultLogMaxSize, h.LogConfig)
-	check("non-root user", cfg.User == docker.DefaultUser, cfg.User)
-	check("name", c.Name == "/"+docker.ContainerName("t", s.SessionID, 1), c.Name)
-	for k, v := range map[string]string{
-		docker.LabelSession: s.SessionID, docker.LabelTenant: "t", docker.LabelNode: rt.Node(),
-		docker.LabelEpoch: "1", docker.LabelUserPrefix + "team": "a",
-	} {
-		check("label "+k, cfg.Labels[k] == v, cfg.Labels[k])
-	}
-	res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"id", "-u"}})
-	if err != nil || string(res.Stdout) != "65534\n" {
-		t.Errorf("id -u = %q, %v; want 65534", res.Stdout, err)
-	}
-
-	loose := spec(rt, image)
-	loose.Network, loose.User, loose.PidsLimit, loose.MemoryBytes, loose.CPUs = true, "0", 100, 64<<20, 0.5
-	lsb := create(t, rt, loose)
-	c, err = cli.ContainerInspect(t.Context(), lsb.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h = c.HostConfig
-	check("loosened network", h.NetworkMode == "bridge", h.NetworkMode)
-	check("loosened pids", *h.PidsLimit == 100, *h.PidsLimit)
-	check("memory", h.Memory == 64<<20 && h.MemorySwap == 64<<20, h.Memory)
-	check("cpus", h.NanoCPUs == 5e8, h.NanoCPUs)
-	check("still CapDrop ALL", slices.Contains(h.CapDrop, "ALL"), h.CapDrop)
-	res, err = lsb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"id", "-u"}})
-	if err != nil || string(res.Stdout) != "0\n" {
-		t.Errorf("id -u as root = %q, %v; want 0", res.Stdout, err)
+	if err := rt.Ping(t.Context()); err != nil {
+		t.Errorf("Ping: %v", err)
 	}
 }
 
-// TestBadSpecs: bad limits and images are refused with their codes, and
-// nothing is left behind.
-func TestBadSpecs(t *testing.T) {
-	image := testenv.SandboxBaseImage(t)
-	cli := testenv.DockerClient(t)
-	rt, err := docker.New(docker.Config{Client: cli, Node: "bad-" + uuid.NewString()[:8], PullTimeout: 20 * time.Second})
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  docker.Config
+		fail bool
+	}{
+		{docker.Config{}, false},
+		{docker.Config{DefaultPidsLimit: 10, DefaultMemoryBytes: 64 << 20, DefaultCPUs: 0.5}, false},
+		{docker.Config{DefaultPidsLimit: -1}, true},
+		{docker.Config{DefaultMemoryBytes: -1}, true},
+		{docker.Config{DefaultCPUs: -1}, true},
+		{docker.Config{StopTimeout: -time.Second}, true},
+	} {
+		if err := tc.cfg.Validate(); (err != nil) != tc.fail {
+			t.Errorf("Validate(%+v): got %v, want failure %v", tc.cfg, err, tc.fail)
+		}
+		if _, err := docker.New(tc.cfg); (err != nil) != tc.fail {
+			t.Errorf("New(%+v): got %v, want failure %v", tc.cfg, err, tc.fail)
+		}
+	}
+}
+
+// TestEngineDown: a daemon that does not answer is runtime_error, which
+// is retryable.
+func TestEngineDown(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix://"+t.TempDir()+"/no-daemon.sock")
+	rt, err := docker.New(docker.Config{Node: "down"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { testenv.RemoveContainers(t, cli, docker.LabelNode+"="+rt.Node()) })
+	defer rt.Close()
+	err = rt.Ping(t.Context())
+	wantCode(t, "Ping", err, errcode.RuntimeError)
+	if !errcode.Of(err).Retryable() {
+		t.Errorf("Ping error %v is not retryable", err)
+	}
+	_, err = rt.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: "s", Image: docker.BaseImage})
+	wantCode(t, "Create", err, errcode.RuntimeError)
+	_, err = rt.FindSandboxes(t.Context())
+	wantCode(t, "FindSandboxes", err, errcode.RuntimeError)
+}
+
+// TestBadSpecs: invalid specs are refused with invalid_request before the
+// engine is asked (the runtime's engine does not exist), and specs only the
+// engine can judge are refused by it with nothing left behind.
+func TestBadSpecs(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix://"+t.TempDir()+"/no-daemon.sock")
+	offline, err := docker.New(docker.Config{Node: "offline"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer offline.Close()
+	base := runtime.Spec{Tenant: "t", SessionID: "s", Epoch: 1, Image: docker.BaseImage}
 	for _, tc := range []struct {
 		name string
 		edit func(*runtime.Spec)
-		code errcode.Code
 	}{
-		{"negative pids", func(s *runtime.Spec) { s.PidsLimit = -1 }, errcode.InvalidRequest},
-		{"negative memory", func(s *runtime.Spec) { s.MemoryBytes = -1 }, errcode.InvalidRequest},
-		{"tiny memory", func(s *runtime.Spec) { s.MemoryBytes = 1 << 20 }, errcode.InvalidRequest},
-		{"negative cpus", func(s *runtime.Spec) { s.CPUs = -2 }, errcode.InvalidRequest},
-		{"absurd cpus", func(s *runtime.Spec) { s.CPUs = 100000 }, errcode.InvalidRequest},
-		{"relative root", func(s *runtime.Spec) { s.WorkspaceRoot = "work" }, errcode.InvalidRequest},
-		{"unknown user", func(s *runtime.Spec) { s.User = "nosuchuser" }, errcode.InvalidRequest},
-		{"missing image", func(s *runtime.Spec) { s.Image = "paddock/does-not-exist:nope" }, errcode.ImageNotFound},
+		{"negative pids", func(s *runtime.Spec) { s.PidsLimit = -1 }},
+		{"negative memory", func(s *runtime.Spec) { s.MemoryBytes = -1 }},
+		{"tiny memory", func(s *runtime.Spec) { s.MemoryBytes = 1 << 20 }},
+		{"negative cpus", func(s *runtime.Spec) { s.CPUs = -2 }},
+		{"relative root", func(s *runtime.Spec) { s.WorkspaceRoot = "work" }},
+		{"root /", func(s *runtime.Spec) { s.WorkspaceRoot = "/" }},
+		{"no image", func(s *runtime.Spec) { s.Image = "" }},
+		{"no tenant", func(s *runtime.Spec) { s.Tenant = "" }},
+		{"env name with =", func(s *runtime.Spec) { s.Env = map[string]string{"A=B": "v"} }},
+		{"empty env name", func(s *runtime.Spec) { s.Env = map[string]string{"": "v"} }},
+	} {
+		s := base
+		tc.edit(&s)
+		_, err := offline.Create(t.Context(), s)
+		wantCode(t, tc.name, err, errcode.InvalidRequest)
+	}
+
+	image := testenv.SandboxBaseImage(t)
+	rt := newRuntime(t)
+	for _, tc := range []struct {
+		name string
+		edit func(*runtime.Spec)
+	}{
+		{"absurd cpus", func(s *runtime.Spec) { s.CPUs = 100000 }},
+		{"unknown user", func(s *runtime.Spec) { s.User = "nosuchuser" }},
 	} {
 		s := spec(rt, image)
 		tc.edit(&s)
@@ -182,135 +210,105 @@ func TestBadSpecs(t *testing.T) {
 		if sb != nil {
 			_ = sb.Shutdown(context.Background())
 		}
-		wantCode(t, tc.name, err, tc.code)
+		wantCode(t, tc.name, err, errcode.InvalidRequest)
+	}
+}
+
+// TestImageNotFound: an image that is not on the engine and cannot be
+// pulled (no registry answers) is image_not_found, naming the image,
+// within the pull bound, and no container is left.
+func TestImageNotFound(t *testing.T) {
+	rt := newRuntime(t)
+	s := spec(rt, "paddock/does-not-exist:nope")
+	start := time.Now()
+	_, err := rt.Create(t.Context(), s)
+	wantCode(t, "Create", err, errcode.ImageNotFound)
+	if err != nil && !strings.Contains(err.Error(), "paddock/does-not-exist:nope") {
+		t.Errorf("error %q does not name the image", err)
+	}
+	if d := time.Since(start); d > 40*time.Second {
+		t.Errorf("Create took %s, want it bounded by the 30s pull timeout", d)
 	}
 	found, err := rt.FindSandboxes(t.Context())
 	if err != nil || len(found) != 0 {
-		t.Fatalf("after refused creates: %d containers left, %v", len(found), err)
+		t.Errorf("after the refused create: %d containers, %v; want none", len(found), err)
 	}
 }
 
-// TestOutputFlood: a command that floods stdout is capped in memory and
-// counted in full.
-func TestOutputFlood(t *testing.T) {
+// TestCreateExisting: a second create of the same session is
+// already_exists and leaves the first alone.
+func TestCreateExisting(t *testing.T) {
 	rt := newRuntime(t)
-	sb := create(t, rt, spec(rt, testenv.SandboxBaseImage(t)))
-	res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"head", "-c", "50000000", "/dev/zero"}, MaxOutput: 1000, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Stdout) != 1000 || res.StdoutBytes != 50000000 || !res.StdoutTruncated {
-		t.Fatalf("flood: kept %d, counted %d, truncated %v; want 1000, 50000000, true", len(res.Stdout), res.StdoutBytes, res.StdoutTruncated)
-	}
-}
-
-// TestNeverEnds: a command that never ends is killed at its timeout, with
-// nothing of it left running.
-func TestNeverEnds(t *testing.T) {
-	rt := newRuntime(t)
-	sb := create(t, rt, spec(rt, testenv.SandboxBaseImage(t)))
-	_, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", "sleep 100000 & sleep 100001"}, Timeout: time.Second})
-	wantCode(t, "exec past its timeout", err, errcode.ExecTimeout)
-	res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", "ps -o args | grep '^sleep 10000' || true"}})
-	if err != nil || len(res.Stdout) != 0 {
-		t.Fatalf("left running after the timeout: %q, %v", res.Stdout, err)
-	}
-}
-
-// TestForkBomb: a fork bomb hits the pids limit; its exec ends at the
-// timeout, the sandbox answers again, and so does another sandbox.
-func TestForkBomb(t *testing.T) {
-	image := testenv.SandboxBaseImage(t)
-	rt := newRuntime(t)
-	s := spec(rt, image)
-	s.PidsLimit = 64
+	s := spec(rt, testenv.SandboxBaseImage(t))
 	sb := create(t, rt, s)
-	other := create(t, rt, spec(rt, image))
-	_, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", "b(){ b | b & }; b; sleep 100000"}, Timeout: 3 * time.Second})
-	if errcode.Of(err) != errcode.ExecTimeout {
-		t.Errorf("fork bomb: got %v, want exec_timeout", err)
+	_, err := rt.Create(t.Context(), s)
+	wantCode(t, "second Create", err, errcode.AlreadyExists)
+	if got := sh(t, sb, "echo alive"); got != "alive\n" {
+		t.Errorf("first sandbox after the refused create: got %q", got)
 	}
-	res, err := other.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"echo", "ok"}})
-	if err != nil || string(res.Stdout) != "ok\n" {
-		t.Fatalf("other sandbox after the bomb: %q, %v", res.Stdout, err)
+}
+
+// TestSecretsStayOutOfErrors: env values never appear in errors.
+func TestSecretsStayOutOfErrors(t *testing.T) {
+	const secret = "s3cr3t-value-do-not-print"
+	rt := newRuntime(t)
+	s := spec(rt, testenv.SandboxBaseImage(t))
+	for _, env := range []map[string]string{{"BAD=NAME": secret}, {"TOKEN=" + secret: "v"}, {"X": secret + "\x00"}} {
+		s.Env = env
+		_, err := rt.Create(t.Context(), s)
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("Create with a bad env: got %v, want an error without the value", err)
+		}
 	}
-	testenv.Eventually(t, 60*time.Second, func() error {
-		res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"echo", "ok"}, Timeout: 10 * time.Second})
+	s.Env = map[string]string{"TOKEN": secret}
+	s.Image = "paddock/does-not-exist:nope"
+	if _, err := rt.Create(t.Context(), s); err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("Create of a missing image: got %v, want an error without the value", err)
+	}
+	sb := sandbox(t)
+	_, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"true"}, Env: map[string]string{"X=" + secret: "v"}})
+	if err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("Exec with a bad env name: got %v, want an error without the value", err)
+	}
+}
+
+// TestExecCancelled: cancelling ctx ends the exec and kills its tree.
+func TestExecCancelled(t *testing.T) {
+	sb := sandbox(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", "sleep 100007 & echo > started; sleep 100008"}})
+		done <- err
+	}()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		_, _, err := sb.ReadFile(t.Context(), "started", 10)
+		return err
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled Exec: got %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Exec did not return after cancel")
+	}
+	noProcess(t, sb, "sleep 10000[78]")
+}
+
+// noProcess waits until no process of sb has a command line matching the
+// basic regular expression re.
+func noProcess(t *testing.T, sb runtime.Sandbox, re string) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", "ps -o args | grep '^" + re + "' || true"}})
 		if err != nil {
 			return err
 		}
-		if string(res.Stdout) != "ok\n" {
-			return fmt.Errorf("echo printed %q (stderr %q)", res.Stdout, res.Stderr)
+		if len(res.Stdout) != 0 {
+			return errors.New("still running: " + string(res.Stdout))
 		}
 		return nil
 	})
-}
-
-// TestPlantedSymlink: symlinks a command plants inside the container that
-// lead out of the workspace are refused by every file operation, and
-// nothing outside is touched.
-func TestPlantedSymlink(t *testing.T) {
-	rt := newRuntime(t)
-	sb := create(t, rt, spec(rt, testenv.SandboxBaseImage(t)))
-	ctx := t.Context()
-	res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", "ln -s / esc && mkdir d && ln -s /etc d/e && ln -s ../../tmp up"}})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("plant: %+v, %v", res, err)
-	}
-	_, _, err = sb.ReadFile(ctx, "esc/etc/passwd", 1<<20)
-	wantCode(t, "read through esc", err, errcode.InvalidPath)
-	_, _, err = sb.ReadFile(ctx, "up", 1<<20)
-	wantCode(t, "read relative escape", err, errcode.InvalidPath)
-	wantCode(t, "write through d/e", sb.WriteFile(ctx, "d/e/x", []byte("x"), 0o644), errcode.InvalidPath)
-	wantCode(t, "write through up", sb.WriteFile(ctx, "up/x", []byte("x"), 0o644), errcode.InvalidPath)
-	_, err = sb.List(ctx, "esc")
-	wantCode(t, "ls esc", err, errcode.InvalidPath)
-	wantCode(t, "rm through esc", sb.Remove(ctx, "esc/etc", true), errcode.InvalidPath)
-	wantCode(t, "mkdir through esc", sb.Mkdir(ctx, "esc/new", true), errcode.InvalidPath)
-	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"pwd"}, Cwd: "d/e"})
-	wantCode(t, "cwd through d/e", err, errcode.InvalidPath)
-	res, err = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", "ls /etc/x /tmp/x /new 2>&1; ls /etc/passwd"}, User: "0"})
-	if err != nil || string(res.Stdout) == "" || strings.Count(string(res.Stdout), "No such file") != 3 {
-		t.Fatalf("outside the workspace: %q, %v; want nothing made and /etc intact", res.Stdout, err)
-	}
-	// The links themselves live in the workspace: removing one is fine.
-	if err := sb.Remove(ctx, "esc", false); err != nil {
-		t.Fatalf("rm the link itself: %v", err)
-	}
-}
-
-// TestFindSandboxes: the runtime finds its node's containers by label,
-// with their session, epoch, environment and state.
-func TestFindSandboxes(t *testing.T) {
-	image := testenv.SandboxBaseImage(t)
-	rt := newRuntime(t)
-	a := spec(rt, image)
-	a.Env = map[string]string{"K": "v"}
-	a.Epoch = 7
-	sa := create(t, rt, a)
-	b := spec(rt, image)
-	sbb := create(t, rt, b)
-	if err := sbb.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	found, err := rt.FindSandboxes(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]runtime.Found{}
-	for _, fd := range found {
-		got[fd.SessionID] = fd
-	}
-	fa, fb := got[a.SessionID], got[b.SessionID]
-	if len(found) != 2 || fa.Tenant != "t" || fa.Epoch != 7 || fa.Env["K"] != "v" || !fa.Running || fb.Running {
-		t.Fatalf("found %+v, want a (epoch 7, K=v, running) and b (stopped)", found)
-	}
-	if fa.Created.IsZero() || time.Since(fa.Created) > time.Hour {
-		t.Errorf("created = %v", fa.Created)
-	}
-	res, err := fa.Sandbox.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", "echo $K"}})
-	if err != nil || string(res.Stdout) != "v\n" {
-		t.Fatalf("exec through the found sandbox: %q, %v", res.Stdout, err)
-	}
-	_ = sa
 }

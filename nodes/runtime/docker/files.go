@@ -4,19 +4,16 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/errdefs"
 
-	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 )
@@ -124,8 +121,11 @@ func (s *Sandbox) containerGone(ctx context.Context) bool {
 	return errdefs.IsNotFound(err)
 }
 
-// ReadFile returns a regular file's content and permission bits; a file
-// over limit is payload_too_large.
+// ReadFile returns a regular file's content and permission bits. A path
+// outside the workspace (symlinks included) is invalid_path, a missing
+// file not_found, a directory or other non-regular file invalid_request,
+// a file over limit payload_too_large (before its content is copied), and
+// any operation after Shutdown invalid_state.
 func (s *Sandbox) ReadFile(ctx context.Context, p string, limit int64) ([]byte, fs.FileMode, error) {
 	var buf bytes.Buffer
 	_, mode, err := s.ReadFileTo(ctx, p, &buf, limit)
@@ -176,40 +176,58 @@ func (s *Sandbox) ReadFileTo(ctx context.Context, p string, w io.Writer, limit i
 	return n, hdr.FileInfo().Mode().Perm(), nil
 }
 
-// WriteFile replaces a file's content, creating missing parent
-// directories; the file and the directories belong to the sandbox user.
-// An existing directory is invalid_request, the workspace root invalid_path.
+// WriteFile replaces a file's content and sets its mode exactly (0: 0644),
+// creating missing parent directories (0755); the file and the directories
+// belong to the sandbox user. The daemon's extraction removes an existing
+// file and writes the new one in its place: not atomic, unlike the local
+// runtime's rename. An existing directory, or a parent that is not one, is
+// invalid_request; the workspace root or a path outside it invalid_path.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
 	return s.WriteFileFrom(ctx, p, bytes.NewReader(data), int64(len(data)), mode)
 }
 
 // WriteFileFrom is WriteFile with the content streamed from r, which must
-// hold exactly size bytes.
+// hold exactly size bytes. The last component is not followed: a symlink
+// there is replaced, as the local runtime's rename replaces it.
 func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode) error {
-	r, err := s.resolve(ctx, p)
+	rel, err := runtime.Rel(s.root, p)
 	if err != nil {
 		return err
 	}
-	if r.rel == "." {
+	if rel == "." {
 		return errcode.New(errcode.InvalidPath, "write: the workspace root is not a file")
+	}
+	parent, err := s.resolve(ctx, path.Dir(rel))
+	if err != nil {
+		return err
+	}
+	if !parent.stat.Mode.IsDir() {
+		return errcode.New(errcode.InvalidRequest, "write: a parent of %s is not a directory", rel)
 	}
 	if mode == 0 {
 		mode = 0o644
 	}
-	dst, name := r.abs, r.missing
-	if r.missing == "" {
-		if r.stat.Mode.IsDir() {
-			return errcode.New(errcode.InvalidRequest, "write: %s is a directory", r.rel)
+	name := path.Base(rel)
+	if parent.missing != "" {
+		name = parent.missing + "/" + name
+	} else {
+		st, err := s.stat(ctx, path.Join(parent.abs, name))
+		if err == nil && st.Mode.IsDir() {
+			return errcode.New(errcode.InvalidRequest, "write: %s is a directory", rel)
 		}
-		dst, name = path.Dir(r.abs), path.Base(r.abs)
-	} else if !r.stat.Mode.IsDir() {
-		return errcode.New(errcode.InvalidRequest, "write: a parent of %s is not a directory", r.rel)
+		if err != nil && errcode.Of(err) != errcode.NotFound {
+			return err
+		}
 	}
-	return s.copyIn(ctx, "write "+r.rel, dst, name, src, size, mode)
+	return s.copyIn(ctx, "write "+rel, parent.abs, name, src, size, mode)
 }
 
 // Mkdir makes a directory (mode 0755, owned by the sandbox user); with
 // parents it makes missing parents and accepts an existing directory.
+// Without parents a missing parent is not_found; an existing entry is
+// already_exists (with parents, unless it is a directory); a parent that
+// is not a directory is invalid_request; a path outside the workspace is
+// invalid_path.
 func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
 	r, err := s.resolve(ctx, p)
 	if err != nil {
@@ -281,70 +299,13 @@ func writeEntry(w io.Writer, name string, data io.Reader, size int64, mode fs.Fi
 	return tw.Close()
 }
 
-// List returns a directory's entries sorted by name, or a file's (or
-// symlink's) own entry. It reads the directory's archive and keeps the
-// first level.
-func (s *Sandbox) List(ctx context.Context, p string) ([]commands.Entry, error) {
-	r, err := s.resolve(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	if r.missing != "" {
-		return nil, errcode.New(errcode.NotFound, "ls: %s does not exist", r.rel)
-	}
-	if !r.stat.Mode.IsDir() {
-		f := r.final
-		return []commands.Entry{{
-			Name: path.Base(r.rel), Type: entryType(f.Mode), Size: f.Size,
-			Mode: uint32(f.Mode.Perm()), ModTime: f.Mtime.UTC(),
-		}}, nil
-	}
-	rc, _, err := s.r.cli.CopyFromContainer(ctx, s.id, r.abs)
-	if err != nil {
-		return nil, s.r.wrap(err, "ls "+r.rel)
-	}
-	defer rc.Close()
-	out := []commands.Entry{}
-	tr := tar.NewReader(rc)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, s.r.wrap(err, "ls "+r.rel)
-		}
-		// Members are <dir>/<child>[/...]: keep the first level.
-		_, child, _ := strings.Cut(strings.TrimSuffix(hdr.Name, "/"), "/")
-		if child == "" || strings.Contains(child, "/") {
-			continue
-		}
-		fi := hdr.FileInfo()
-		out = append(out, commands.Entry{
-			Name: child, Type: entryType(fi.Mode()), Size: hdr.Size,
-			Mode: uint32(fi.Mode().Perm()), ModTime: hdr.ModTime.UTC(),
-		})
-	}
-	slices.SortFunc(out, func(a, b commands.Entry) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
-}
-
-func entryType(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "file"
-	case m.IsDir():
-		return "dir"
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	}
-	return "other"
-}
-
 // Remove removes a file, symlink or empty directory, or a whole tree when
-// recursive, by running rm in the container as the sandbox user: it needs
-// the sandbox running. The final component is not followed: a symlink is
-// removed, not its target.
+// recursive, by running rm (rmdir) in the container as the sandbox user,
+// from inside the resolved parent directory: it needs the sandbox running
+// (invalid_state otherwise). The final component is not followed: a
+// symlink is removed, not its target. The workspace root or a path outside
+// it is invalid_path, a missing path not_found, and a non-empty directory
+// without recursive invalid_request.
 func (s *Sandbox) Remove(ctx context.Context, p string, recursive bool) error {
 	rel, err := runtime.Rel(s.root, p)
 	if err != nil {
@@ -363,28 +324,54 @@ func (s *Sandbox) Remove(ctx context.Context, p string, recursive bool) error {
 	if !parent.stat.Mode.IsDir() {
 		return errcode.New(errcode.InvalidRequest, "rm: a parent of %s is not a directory", rel)
 	}
-	target := path.Join(parent.abs, path.Base(rel))
-	st, err := s.stat(ctx, target)
+	name := path.Base(rel)
+	st, err := s.stat(ctx, path.Join(parent.abs, name))
 	if err != nil {
+		if errcode.Of(err) == errcode.NotFound {
+			return errcode.New(errcode.NotFound, "rm: %s does not exist", rel)
+		}
 		return err
 	}
-	argv := []string{"rm", "-f", "--", target}
+	how := "-f"
 	switch {
 	case recursive:
-		argv = []string{"rm", "-rf", "--", target}
+		how = "-r"
 	case st.Mode.IsDir():
-		argv = []string{"rmdir", "--", target}
+		how = "-d"
 	}
-	res, err := s.Exec(ctx, runtime.ExecSpec{Argv: argv, Timeout: 5 * time.Minute, MaxOutput: 4 << 10})
+	res, err := s.Exec(ctx, runtime.ExecSpec{
+		Argv:    []string{"/bin/sh", "-c", removeScript, "paddock-rm", parent.abs, s.root, how, name},
+		Timeout: 5 * time.Minute, MaxOutput: 4 << 10,
+	})
 	if err != nil {
+		if errcode.Of(err) == errcode.InvalidState {
+			return errcode.New(errcode.InvalidState, "rm: the sandbox must be running to remove %s", rel)
+		}
 		return err
 	}
-	if res.ExitCode != 0 {
-		msg := strings.TrimSpace(string(res.Stderr))
-		if st.Mode.IsDir() && !recursive {
-			return errcode.New(errcode.InvalidRequest, "rm: directory %s is not empty; use recursive", rel)
-		}
-		return errcode.New(errcode.RuntimeError, "rm %s failed (exit %d): %s", rel, res.ExitCode, msg)
+	switch res.ExitCode {
+	case 0:
+		return nil
+	case 3:
+		return errcode.New(errcode.NotFound, "rm: the parent of %s vanished", rel)
+	case 4:
+		return errcode.New(errcode.InvalidPath, "rm: %s leads outside the workspace", rel)
 	}
-	return nil
+	if how == "-d" {
+		return errcode.New(errcode.InvalidRequest, "rm: directory %s is not empty; use recursive", rel)
+	}
+	return errcode.New(errcode.RuntimeError, "rm %s failed (exit %d): %s", rel, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 }
+
+// removeScript runs as sh -c removeScript paddock-rm <parent> <root>
+// <how> <name>. It works from inside the parent, entered physically and
+// checked to lie in the workspace, so that a symlink swapped in after the
+// checks cannot redirect it.
+const removeScript = `cd -P -- "$1" 2>/dev/null || exit 3
+case $PWD in "$2"|"$2"/*) ;; *) exit 4;; esac
+case $3 in
+-r) exec rm -rf -- "./$4";;
+-d) exec rmdir -- "./$4";;
+*) exec rm -f -- "./$4";;
+esac
+`

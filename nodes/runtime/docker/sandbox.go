@@ -50,7 +50,9 @@ func (s *Sandbox) checkNotGone(op string) error {
 	return nil
 }
 
-// Start starts a stopped container; a running one is left alone.
+// Start starts a stopped container; a running one is left alone. After
+// Shutdown, or when the container was removed behind the runtime's back,
+// it is invalid_state; an engine failure is runtime_error.
 func (s *Sandbox) Start(ctx context.Context) error {
 	if err := s.checkNotGone("start"); err != nil {
 		return err
@@ -65,20 +67,27 @@ func (s *Sandbox) Start(ctx context.Context) error {
 }
 
 // Stop stops the container (SIGTERM, then SIGKILL after StopTimeout) and
-// keeps it, workspace included.
+// keeps it, workspace included; stopping a stopped one is a no-op. After
+// Shutdown, or when the container is gone, it is invalid_state; an engine
+// failure is runtime_error.
 func (s *Sandbox) Stop(ctx context.Context) error {
 	if err := s.checkNotGone("stop"); err != nil {
 		return err
 	}
 	secs := int(s.r.cfg.StopTimeout / time.Second)
 	if err := s.r.cli.ContainerStop(ctx, s.id, container.StopOptions{Timeout: &secs}); err != nil {
+		if errdefs.IsNotFound(err) {
+			return errcode.New(errcode.InvalidState, "stop: the container is gone")
+		}
 		return s.r.wrap(err, "stop container")
 	}
 	return nil
 }
 
 // Shutdown removes the container and its anonymous volumes. It is
-// idempotent.
+// idempotent: a container already gone is fine. Only an engine failure
+// (runtime_error, or unavailable when ctx ends) is an error, and the
+// sandbox stays usable then.
 func (s *Sandbox) Shutdown(ctx context.Context) error {
 	err := s.r.cli.ContainerRemove(ctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errdefs.IsNotFound(err) {
@@ -90,7 +99,8 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Running reports whether the container runs; a removed one does not.
+// Running reports whether the container runs; a removed one does not
+// (false, nil). An engine failure is runtime_error.
 func (s *Sandbox) Running(ctx context.Context) (bool, error) {
 	c, err := s.r.cli.ContainerInspect(ctx, s.id)
 	if errdefs.IsNotFound(err) {

@@ -1,0 +1,34 @@
+package docker
+
+import (
+	"context"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+)
+
+// ListByExec lists p with the exec only; ok is false when List would
+// have fallen back to the archive.
+func (s *Sandbox) ListByExec(ctx context.Context, p string) (entries []commands.Entry, ok bool, err error) {
+	r, err := s.resolve(ctx, p)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.listExec(ctx, r)
+}
+
+// ParseListing exposes parseListing to the fuzz test.
+var ParseListing = parseListing
+
+// SplitPidHeader writes chunks through a pid header into a buffer and
+// returns the pid and what passed.
+func SplitPidHeader(chunks [][]byte) (int, []byte) {
+	buf := &runtime.CappedBuffer{Max: 1 << 20}
+	h := newPidHeader(buf)
+	for _, c := range chunks {
+		_, _ = h.Write(c)
+	}
+	h.end()
+	<-h.known
+	return h.pid(), buf.Bytes()
+}

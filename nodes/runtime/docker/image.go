@@ -1,0 +1,61 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// ensureImage makes sure the image is on the engine, pulling it within
+// PullTimeout if a registry is reachable, and returns its id.
+func (r *Runtime) ensureImage(ctx context.Context, ref string) (string, error) {
+	img, err := r.cli.ImageInspect(ctx, ref)
+	if err == nil {
+		return img.ID, nil
+	}
+	if !errdefs.IsNotFound(err) {
+		return "", r.wrap(err, "inspect image "+ref)
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PullTimeout)
+	defer cancel()
+	if perr := r.pull(pctx, ref); perr != nil {
+		if ctx.Err() != nil {
+			return "", errcode.Wrap(errcode.Unavailable, ctx.Err(), "docker: pull "+ref)
+		}
+		return "", errcode.New(errcode.ImageNotFound, "image %s is not on the node and cannot be pulled: %v", ref, perr)
+	}
+	img, err = r.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		return "", r.wrap(err, "inspect pulled image "+ref)
+	}
+	return img.ID, nil
+}
+
+func (r *Runtime) pull(ctx context.Context, ref string) error {
+	rc, err := r.cli.ImagePull(ctx, ref, image.PullOptions{})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	// The pull reports failures inside its JSON progress stream.
+	dec := json.NewDecoder(rc)
+	for {
+		var msg struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if msg.Error != "" {
+			return errors.New(msg.Error)
+		}
+	}
+}
