@@ -30,6 +30,7 @@ const (
 	InvalidArchive      Code = "invalid_archive"
 	SnapshotNotFound    Code = "snapshot_not_found"
 	SnapshotCorrupt     Code = "snapshot_corrupt"
+	UnsupportedVersion  Code = "unsupported_version"
 )
 
 type entry struct {
@@ -51,11 +52,12 @@ var registry = map[Code]entry{
 	Unavailable:         {true, "the node or engine that serves the request is not reachable"},
 	InvalidState:        {false, "the session is not in a state that allows the operation"},
 	NoCapacity:          {true, "no registered node has the requested runtime and room"},
-	Internal:            {true, "an unexpected failure inside Paddock"},
+	Internal:            {false, "an unexpected failure inside Paddock; the node's log has the cause"},
 	ImageNotFound:       {false, "the sandbox image is not on the node and cannot be pulled"},
 	InvalidArchive:      {false, "the workspace archive has a member that could leave the workspace, or breaks a limit"},
 	SnapshotNotFound:    {false, "no such workspace snapshot"},
 	SnapshotCorrupt:     {false, "the workspace snapshot does not match its digest"},
+	UnsupportedVersion:  {false, "the request's contract version has a major version the server does not speak"},
 }
 
 // Known reports whether c is in the registry.
@@ -80,11 +82,16 @@ func Codes() []Code {
 
 // Error is an error with a wire code. Two *Error values match under
 // errors.Is when their codes are equal, whatever their messages.
+//
+// Message is what crosses the wire: Paddock's own words and the values the
+// client sent, never the text of a cause (a NATS API error, a Docker daemon
+// message, a host path). The cause stays in Err, for errors.Is/As and for
+// the logs of the process that met it.
 type Error struct {
 	Code    Code
 	Message string
-	// Err is the underlying cause, kept for errors.Is/As inside a process.
-	// It never crosses the wire.
+	// Err is the underlying cause, kept for errors.Is/As and logs inside a
+	// process. It never crosses the wire.
 	Err error
 }
 
@@ -93,21 +100,24 @@ func New(c Code, format string, args ...any) *Error {
 	return &Error{Code: c, Message: fmt.Sprintf(format, args...)}
 }
 
-// Wrap returns an *Error with code c whose message is msg followed by err's
-// text, and which unwraps to err.
+// Wrap returns an *Error with code c and message msg that unwraps to err.
+// err's text is not part of the message, so it never reaches a client; it
+// shows in Error (for logs) and through errors.Is/As.
 func Wrap(c Code, err error, msg string) *Error {
-	if msg == "" {
-		return &Error{Code: c, Message: err.Error(), Err: err}
-	}
-	return &Error{Code: c, Message: msg + ": " + err.Error(), Err: err}
+	return &Error{Code: c, Message: msg, Err: err}
 }
 
-// Error implements error as "<code>: <message>".
+// Error implements error as "<code>: <message>", followed by ": <cause>"
+// when there is a cause: the form for logs and for the CLI's own errors.
 func (e *Error) Error() string {
-	if e.Message == "" {
-		return string(e.Code)
+	s := string(e.Code)
+	if e.Message != "" {
+		s += ": " + e.Message
 	}
-	return string(e.Code) + ": " + e.Message
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
 }
 
 // Unwrap returns the underlying cause, if any.
@@ -159,4 +169,5 @@ var (
 	ErrInvalidArchive      = &Error{Code: InvalidArchive}
 	ErrSnapshotNotFound    = &Error{Code: SnapshotNotFound}
 	ErrSnapshotCorrupt     = &Error{Code: SnapshotCorrupt}
+	ErrUnsupportedVersion  = &Error{Code: UnsupportedVersion}
 )

@@ -38,4 +38,13 @@ func TestIsMatchesByCode(t *testing.T) {
 	if !errors.Is(w, cause) || w.Error() != "runtime_error: write: disk on fire" {
 		t.Fatalf("Wrap = %q, want the cause kept", w.Error())
 	}
+	if w.Message != "write" {
+		t.Fatalf("Wrap message = %q, want the cause's text kept off the wire", w.Message)
+	}
+}
+
+func TestInternalIsNotRetryable(t *testing.T) {
+	if Internal.Retryable() {
+		t.Fatal("internal is retryable: a bug does not go away when the same command is sent again")
+	}
 }

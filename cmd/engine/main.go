@@ -123,7 +123,9 @@ func report(err error, stderr io.Writer) int {
 	if !errors.As(err, &e) {
 		e = &errcode.Error{Code: errcode.Internal, Message: err.Error()}
 	}
-	fmt.Fprintf(stderr, "error: %s: %s\n", e.Code, e.Message)
+	// Error adds the cause of an error met here in the CLI (a connection
+	// refused, a file not found); errors from the wire carry none.
+	fmt.Fprintf(stderr, "error: %s\n", e.Error())
 	switch e.Code {
 	case errcode.InvalidRequest:
 		return 2
