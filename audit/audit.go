@@ -15,11 +15,12 @@ type Kind string
 // The kinds of finding. Open and Truncated are reported without failing
 // the audit; every other kind is a failure.
 const (
-	BrokenChain  Kind = "broken_chain"  // prev_hash is not the hash of the previous stored event
-	SeqGap       Kind = "seq_gap"       // seq is not the previous seq + 1 (or the first is not 1)
-	OrphanFinish Kind = "orphan_finish" // a finish with no open start of its span and op
-	DoubleStart  Kind = "double_start"  // a start for a span already open
-	Undecodable  Kind = "undecodable"   // the stored bytes are not an event
+	BrokenChain  Kind = "broken_chain"        // prev_hash is not the hash of the previous stored event
+	SeqGap       Kind = "seq_gap"             // seq is not the previous seq + 1 (or the first is not 1)
+	OrphanFinish Kind = "orphan_finish"       // a finish with no open start of its span and op
+	DoubleStart  Kind = "double_start"        // a start for a span already open
+	Undecodable  Kind = "undecodable"         // the stored bytes are not an event
+	Version      Kind = "unsupported_version" // an event of a schema version this audit does not know
 	Mismatch     Kind = "subject_mismatch"
 	Stray        Kind = "stray" // a subject that names no session
 	Open         Kind = "open"  // a start without its finish (yet)
@@ -113,6 +114,13 @@ func (c *Checker) Check(m events.Msg) {
 	var ev events.Event
 	if err := json.Unmarshal(m.Data, &ev); err != nil {
 		f.Kind, f.Detail = Undecodable, err.Error()
+		c.find(f)
+		return
+	}
+	if err := ev.CheckVersion(); err != nil {
+		// Its fields may not mean what this audit reads them as: only the
+		// chain (over stored bytes) is checked past it.
+		f.Seq, f.Kind, f.Detail = ev.Seq, Version, err.Error()
 		c.find(f)
 		return
 	}

@@ -65,6 +65,18 @@ func find(t *testing.T, lines [][]byte, session string, seq uint64) int {
 	return 0
 }
 
+// lastSeq returns the seq of a session's last event in lines.
+func lastSeq(lines [][]byte, session string) uint64 {
+	var seq uint64
+	for _, l := range lines {
+		var ev events.Event
+		if json.Unmarshal(l, &ev) == nil && ev.SessionID == session {
+			seq = ev.Seq
+		}
+	}
+	return seq
+}
+
 func kinds(r Report, session string, seq uint64) []Kind {
 	var out []Kind
 	for _, f := range r.Findings {
@@ -83,6 +95,7 @@ func TestRecordedRunIsClean(t *testing.T) {
 }
 
 func TestTampering(t *testing.T) {
+	last := lastSeq(recorded(t), "s-running")
 	for _, tc := range []struct {
 		name    string
 		edit    func(t *testing.T, ls [][]byte) [][]byte
@@ -101,11 +114,16 @@ func TestTampering(t *testing.T) {
 		}, "s-stopped", 6, []Kind{BrokenChain, SeqGap, OrphanFinish}},
 		{"forged finish", func(t *testing.T, ls [][]byte) [][]byte {
 			var ev events.Event
-			_ = json.Unmarshal(ls[find(t, ls, "s-running", 16)], &ev)
-			ev.Seq, ev.EventID, ev.PrevHash, ev.SpanID = 17, "forged", strings.Repeat("0", 64), "made-up"
+			_ = json.Unmarshal(ls[find(t, ls, "s-running", last)], &ev)
+			ev.Seq, ev.EventID, ev.PrevHash, ev.SpanID = last+1, "forged", strings.Repeat("0", 64), "made-up"
 			b, _ := json.Marshal(ev)
 			return append(ls, b)
-		}, "s-running", 17, []Kind{BrokenChain, OrphanFinish}},
+		}, "s-running", last + 1, []Kind{BrokenChain, OrphanFinish}},
+		{"unknown version", func(t *testing.T, ls [][]byte) [][]byte {
+			i := find(t, ls, "s-stopped", 3)
+			ls[i] = bytes.Replace(ls[i], []byte(`"version":2`), []byte(`"version":3`), 1)
+			return ls
+		}, "s-stopped", 3, []Kind{Version}},
 		{"modified copy", func(t *testing.T, ls [][]byte) [][]byte {
 			c := bytes.Replace(ls[find(t, ls, "s-running", 4)], []byte(`"ok":true`), []byte(`"ok":false`), 1)
 			return append(ls, c)
@@ -139,11 +157,12 @@ func kindStrings(ks []Kind) []string {
 
 func TestOpenAndTruncatedDoNotFail(t *testing.T) {
 	ls := recorded(t)
-	i := find(t, ls, "s-running", 16) // the last finish of s-running
+	last := lastSeq(ls, "s-running")
+	i := find(t, ls, "s-running", last) // the last finish of s-running
 	open := append(append([][]byte{}, ls[:i]...), ls[i+1:]...)
 	r := check(t, open, 1)
-	if r.Failed() || len(kinds(r, "s-running", 15)) != 1 || kinds(r, "s-running", 15)[0] != Open {
-		t.Fatalf("report = %+v, want only s-running seq 15 open", r.Findings)
+	if r.Failed() || len(kinds(r, "s-running", last-1)) != 1 || kinds(r, "s-running", last-1)[0] != Open {
+		t.Fatalf("report = %+v, want only s-running seq %d open", r.Findings, last-1)
 	}
 	// The stream lost its first events to retention: s-running starts at seq 5.
 	cut := find(t, ls, "s-running", 5)

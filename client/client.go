@@ -121,7 +121,7 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) 
 // bucket, which ReadTo deletes once read.
 func (c *Client) ReadTo(ctx context.Context, id, path string, w io.Writer) (int64, error) {
 	var res commands.ReadResult
-	if err := c.do(ctx, id, commands.OpRead, commands.PathArgs{Path: path}, &res, workspaceTimeout, nil); err != nil {
+	if err := c.do(ctx, id, commands.OpRead, commands.ReadArgs{Path: path}, &res, workspaceTimeout, nil); err != nil {
 		return 0, err
 	}
 	if res.Download == "" {
@@ -200,16 +200,40 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// List returns a directory's entries (a file lists itself).
+// List returns all of a directory's entries sorted by name (a file lists
+// itself), asking for as many pages as it takes.
 func (c *Client) List(ctx context.Context, id, path string) ([]commands.Entry, error) {
-	var res commands.LsResult
-	err := c.do(ctx, id, commands.OpLs, commands.PathArgs{Path: path}, &res, 0, nil)
-	return res.Entries, err
+	var out []commands.Entry
+	args := commands.LsArgs{Path: path}
+	for {
+		res, err := c.ListPage(ctx, id, args)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res.Entries...)
+		if res.Next == "" {
+			return out, nil
+		}
+		args.After = res.Next
+	}
 }
 
-// Remove removes a path; a non-empty directory needs recursive.
-func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) error {
-	return c.do(ctx, id, commands.OpRm, commands.RmArgs{Path: path, Recursive: recursive}, nil, 0, nil)
+// ListPage returns one page of a directory's entries: those named after
+// args.After, at most args.Limit (0: the server's default).
+func (c *Client) ListPage(ctx context.Context, id string, args commands.LsArgs) (commands.LsResult, error) {
+	var res commands.LsResult
+	if err := args.Validate(); err != nil {
+		return res, err
+	}
+	err := c.do(ctx, id, commands.OpLs, args, &res, 0, nil)
+	return res, err
+}
+
+// Remove removes a path; a non-empty directory needs recursive. A
+// missing path is not_found, unless force is set (then it succeeds, as
+// rm -f does).
+func (c *Client) Remove(ctx context.Context, id, path string, recursive, force bool) error {
+	return c.do(ctx, id, commands.OpRm, commands.RmArgs{Path: path, Recursive: recursive, Force: force}, nil, 0, nil)
 }
 
 // Mkdir makes a directory; parents makes missing parents too.
@@ -256,7 +280,7 @@ func (c *Client) Lookup(ctx context.Context, id string) (commands.LookupResult, 
 }
 
 func (c *Client) request(ctx context.Context, subj, session string, args, out any, extra time.Duration, opts []CallOption) error {
-	req := commands.Request{CommandID: uuid.NewString(), Actor: c.opts.Actor}
+	req := commands.Request{Version: commands.Version, CommandID: uuid.NewString(), Actor: c.opts.Actor}
 	for _, o := range opts {
 		o(&req)
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/paddock-dev/paddock/errcode"
 )
 
@@ -122,10 +124,15 @@ func (a *CreateArgs) Validate() error {
 	if len(a.Manifest) > MaxManifestEntries {
 		return errcode.New(errcode.InvalidRequest, "more than %d manifest entries", MaxManifestEntries)
 	}
+	total := 0
 	for _, e := range a.Manifest {
-		if e.Path == "" || strings.HasPrefix(e.Path, "/") || strings.ContainsRune(e.Path, 0) || e.Mode&^0o7777 != 0 || (e.Dir && len(e.Content) > 0) {
-			return errcode.New(errcode.InvalidRequest, "manifest entry %q: want a relative path, mode bits only, and no content for a directory", e.Path)
+		if e.Path == "" || len(e.Path) > MaxPathLen || strings.HasPrefix(e.Path, "/") || strings.ContainsRune(e.Path, 0) || e.Mode&^0o7777 != 0 || (e.Dir && len(e.Content) > 0) {
+			return errcode.New(errcode.InvalidRequest, "manifest entry %q: want a relative path, mode bits only, and no content for a directory", clip(e.Path, 64))
 		}
+		total += len(e.Content)
+	}
+	if total > InlineLimit {
+		return errcode.New(errcode.PayloadTooLarge, "manifest content of %d bytes exceeds %d; write larger files after create", total, InlineLimit)
 	}
 	if a.PidsLimit < 0 || a.PidsLimit > MaxPids {
 		return errcode.New(errcode.InvalidRequest, "pids_limit %d is outside 0..%d", a.PidsLimit, MaxPids)
@@ -133,7 +140,15 @@ func (a *CreateArgs) Validate() error {
 	if err := checkUser(a.User); err != nil {
 		return err
 	}
-	if a.WorkspaceRoot != "" && (!strings.HasPrefix(a.WorkspaceRoot, "/") || a.WorkspaceRoot == "/" || strings.Contains(a.WorkspaceRoot, "..") || strings.ContainsRune(a.WorkspaceRoot, 0)) {
+	if a.Image != "" && (len(a.Image) > 255 || strings.ContainsFunc(a.Image, func(r rune) bool { return r <= ' ' || r == 0x7f })) {
+		return errcode.New(errcode.InvalidRequest, "image %q is longer than 255 bytes or has spaces or control characters", clip(a.Image, 64))
+	}
+	for k, v := range a.Labels {
+		if len(k) > 128 || len(v) > 1024 {
+			return errcode.New(errcode.InvalidRequest, "label %q: keys are at most 128 bytes, values 1024", clip(k, 64))
+		}
+	}
+	if a.WorkspaceRoot != "" && (len(a.WorkspaceRoot) > 255 || !strings.HasPrefix(a.WorkspaceRoot, "/") || a.WorkspaceRoot == "/" || strings.Contains(a.WorkspaceRoot, "..") || strings.ContainsRune(a.WorkspaceRoot, 0)) {
 		return errcode.New(errcode.InvalidRequest, "workspace_root %q must be an absolute directory other than /", a.WorkspaceRoot)
 	}
 	return nil
@@ -187,8 +202,8 @@ type ExecArgs struct {
 	// User runs this command as another user than the session's (docker
 	// runtime only).
 	User string `json:"user,omitempty"`
-	// MaxOutputBytes caps stdout and stderr each in the reply
-	// (0 or more than MaxOutputBytes: MaxOutputBytes).
+	// MaxOutputBytes caps stdout and stderr each in the reply, after
+	// secrets are redacted (0: MaxOutputBytes, the most allowed).
 	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
 }
 
@@ -208,24 +223,40 @@ func (a *ExecArgs) Validate() error {
 			return errcode.New(errcode.InvalidRequest, "argument contains a NUL byte")
 		}
 	}
-	if a.TimeoutMS < 0 || time.Duration(a.TimeoutMS)*time.Millisecond > MaxTimeout {
+	// Compared in milliseconds: a huge value must not overflow into a
+	// negative time.Duration on its way to a check.
+	if a.TimeoutMS < 0 || a.TimeoutMS > MaxTimeout.Milliseconds() {
 		return errcode.New(errcode.InvalidRequest, "timeout_ms %d is outside 0..%d", a.TimeoutMS, MaxTimeout.Milliseconds())
 	}
-	if a.MaxOutputBytes < 0 {
-		return errcode.New(errcode.InvalidRequest, "max_output_bytes is negative")
+	if a.MaxOutputBytes < 0 || a.MaxOutputBytes > MaxOutputBytes {
+		return errcode.New(errcode.InvalidRequest, "max_output_bytes %d is outside 0..%d", a.MaxOutputBytes, MaxOutputBytes)
 	}
 	if err := checkUser(a.User); err != nil {
 		return err
 	}
+	if len(a.Env) > MaxEnvVars {
+		return errcode.New(errcode.InvalidRequest, "more than %d environment variables", MaxEnvVars)
+	}
+	if a.Cwd != "" {
+		if err := checkPath(a.Cwd); err != nil {
+			return err
+		}
+	}
 	return checkEnv(a.Env)
 }
 
-// ExecResult answers exec. A command that exits non-zero is a successful
-// exec with that exit code; only a failure to run it is an error.
+// ExecResult answers exec. A command that ran answers with its exit code
+// whatever it is (its finish event says ok only for exit code 0, as the
+// OpenAI Agents SDK's ExecResult.ok() does); only a failure to run it is an
+// error. Stdout and Stderr follow the output encoding rule (see Output):
+// the text itself when the kept bytes are valid UTF-8, else base64 with
+// StdoutEncoding (StderrEncoding) "base64".
 type ExecResult struct {
 	ExitCode        int     `json:"exit_code"`
-	Stdout          []byte  `json:"stdout,omitempty"`
-	Stderr          []byte  `json:"stderr,omitempty"`
+	Stdout          string  `json:"stdout,omitempty"`
+	StdoutEncoding  string  `json:"stdout_encoding,omitempty"`
+	Stderr          string  `json:"stderr,omitempty"`
+	StderrEncoding  string  `json:"stderr_encoding,omitempty"`
 	StdoutBytes     int64   `json:"stdout_bytes"`
 	StderrBytes     int64   `json:"stderr_bytes"`
 	StdoutTruncated bool    `json:"stdout_truncated,omitempty"`
@@ -233,9 +264,67 @@ type ExecResult struct {
 	DurationMS      float64 `json:"duration_ms"`
 }
 
-// PathArgs names one workspace path (ops read, ls).
-type PathArgs struct {
+// StdoutBytesKept returns the kept stdout as bytes, decoding base64 when
+// StdoutEncoding says so; malformed base64 is invalid_request.
+func (r ExecResult) StdoutBytesKept() ([]byte, error) {
+	return DecodeOutput(r.Stdout, r.StdoutEncoding)
+}
+
+// StderrBytesKept is StdoutBytesKept for stderr.
+func (r ExecResult) StderrBytesKept() ([]byte, error) {
+	return DecodeOutput(r.Stderr, r.StderrEncoding)
+}
+
+// ReadArgs reads one file (op read).
+type ReadArgs struct {
 	Path string `json:"path"`
+}
+
+// Validate checks the read arguments.
+func (a *ReadArgs) Validate() error { return checkPath(a.Path) }
+
+// LsArgs lists a directory (op ls), a page at a time: entries sorted by
+// name, at most Limit of them, starting after the name After.
+type LsArgs struct {
+	Path string `json:"path"`
+	// Limit is the most entries one reply carries (0: DefaultLsLimit; at
+	// most MaxLsLimit).
+	Limit int `json:"limit,omitempty"`
+	// After continues a listing: only names greater than After (byte
+	// order) come. Pass the Next of the previous page.
+	After string `json:"after,omitempty"`
+}
+
+// Page sizes of ls: a page of the largest names still fits a reply.
+const (
+	DefaultLsLimit = 1000
+	MaxLsLimit     = 1000
+)
+
+// Validate checks the ls arguments.
+func (a *LsArgs) Validate() error {
+	if a.Limit < 0 || a.Limit > MaxLsLimit {
+		return errcode.New(errcode.InvalidRequest, "limit %d is outside 0..%d", a.Limit, MaxLsLimit)
+	}
+	if len(a.After) > MaxPathLen {
+		return errcode.New(errcode.InvalidRequest, "after is longer than %d bytes", MaxPathLen)
+	}
+	return checkPath(a.Path)
+}
+
+// MaxPathLen bounds a workspace path on the wire (the kernel's PATH_MAX).
+const MaxPathLen = 4096
+
+// checkPath refuses what no runtime could take as a path; confinement to
+// the workspace is the runtime's check (runtime.Rel and then its own).
+func checkPath(p string) error {
+	if len(p) > MaxPathLen {
+		return errcode.New(errcode.InvalidPath, "path is longer than %d bytes", MaxPathLen)
+	}
+	if strings.ContainsRune(p, 0) {
+		return errcode.New(errcode.InvalidPath, "path contains a NUL byte")
+	}
+	return nil
 }
 
 // ReadResult answers read.
@@ -265,11 +354,20 @@ type WriteArgs struct {
 
 // Validate checks the write arguments.
 func (a *WriteArgs) Validate() error {
+	if err := checkPath(a.Path); err != nil {
+		return err
+	}
 	if len(a.Content) > InlineLimit {
 		return errcode.New(errcode.PayloadTooLarge, "content of %d bytes exceeds the inline limit of %d; send it as an upload", len(a.Content), InlineLimit)
 	}
 	if a.Upload != "" && (len(a.Content) > 0 || a.Size < 0 || a.Size > MaxFileBytes) {
 		return errcode.New(errcode.InvalidRequest, "an upload takes no inline content and a size within 0..%d", int64(MaxFileBytes))
+	}
+	if a.Upload == "" && a.Size != 0 {
+		return errcode.New(errcode.InvalidRequest, "size is for uploads; inline content has its own length")
+	}
+	if a.Upload != "" && len(a.Upload) > 512 {
+		return errcode.New(errcode.InvalidRequest, "upload name is longer than 512 bytes")
 	}
 	if a.Mode&^0o7777 != 0 {
 		return errcode.New(errcode.InvalidRequest, "mode %o has bits outside 07777", a.Mode)
@@ -285,23 +383,33 @@ type WriteResult struct {
 
 // Entry is one ls entry.
 type Entry struct {
-	Name    string    `json:"name"`
-	Type    string    `json:"type"` // file, dir, symlink, other
-	Size    int64     `json:"size"`
-	Mode    uint32    `json:"mode"` // permission bits
+	Name string `json:"name"`
+	// Type is file, dir, symlink or other.
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+	// Mode is the permission bits as an integer (0o644 is 420).
+	Mode    uint32    `json:"mode"`
 	ModTime time.Time `json:"mtime"`
 }
 
-// LsResult answers ls.
+// LsResult answers ls with one page of entries.
 type LsResult struct {
 	Entries []Entry `json:"entries"`
+	// Next is set when more entries follow: send it as After.
+	Next string `json:"next,omitempty"`
 }
 
-// RmArgs removes a path (op rm); a non-empty directory needs Recursive.
+// RmArgs removes a path (op rm); a non-empty directory needs Recursive. A
+// missing path is not_found unless Force is set, when it succeeds (as
+// rm -f does).
 type RmArgs struct {
 	Path      string `json:"path"`
 	Recursive bool   `json:"recursive,omitempty"`
+	Force     bool   `json:"force,omitempty"`
 }
+
+// Validate checks the rm arguments.
+func (a *RmArgs) Validate() error { return checkPath(a.Path) }
 
 // MkdirArgs makes a directory (op mkdir); Parents makes missing parents and
 // accepts an existing directory.
@@ -309,6 +417,9 @@ type MkdirArgs struct {
 	Path    string `json:"path"`
 	Parents bool   `json:"parents,omitempty"`
 }
+
+// Validate checks the mkdir arguments.
+func (a *MkdirArgs) Validate() error { return checkPath(a.Path) }
 
 // RunningResult answers running.
 type RunningResult struct {
@@ -325,9 +436,24 @@ type LookupArgs struct {
 	SessionID string `json:"session_id"`
 }
 
+// Validate checks the lookup arguments.
+func (a *LookupArgs) Validate() error { return CheckToken("session_id", a.SessionID) }
+
 // LookupResult answers lookup; an unknown or deleted session is a
 // session_not_found error instead.
 type LookupResult struct {
 	Status string `json:"status"`
 	Node   string `json:"node"`
+}
+
+// sessionIDSpace is the namespace of session ids derived from command ids.
+var sessionIDSpace = uuid.MustParse("6c1f4a52-5e5b-4a8e-9a57-2a4f1f0f7d31")
+
+// SessionIDFor returns the session id a create that names none gets: a
+// name-based (SHA-1) UUID of the tenant and the create's command id. A
+// create retried with the same command id, through any scheduler, so names
+// the same session, and the node finds the first attempt's events instead
+// of making a second sandbox.
+func SessionIDFor(tenant, commandID string) string {
+	return uuid.NewSHA1(sessionIDSpace, []byte(tenant+"\x00"+commandID)).String()
 }

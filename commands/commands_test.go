@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -133,8 +134,11 @@ func TestExecArgsValidate(t *testing.T) {
 func TestErrorReplyRoundTrip(t *testing.T) {
 	b := ErrorReply(errcode.New(errcode.SessionNotFound, "gone"))
 	var rep Reply
-	if err := Decode(b, &rep); err != nil {
+	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
+	}
+	if rep.Version != Version {
+		t.Errorf("reply version %q, want %q", rep.Version, Version)
 	}
 	if rep.Error == nil || rep.Error.Code != errcode.SessionNotFound || rep.Error.Retryable {
 		t.Fatalf("reply = %+v, want session_not_found, not retryable", rep.Error)
@@ -142,9 +146,16 @@ func TestErrorReplyRoundTrip(t *testing.T) {
 	if !errors.Is(rep.Error.Err(), errcode.ErrSessionNotFound) {
 		t.Fatal("decoded error does not match ErrSessionNotFound")
 	}
-	b = ErrorReply(errors.New("plain"))
-	if err := Decode(b, &rep); err != nil || rep.Error.Code != errcode.Internal {
-		t.Fatalf("plain error reply = %+v, %v; want internal", rep.Error, err)
+	b = ErrorReply(errors.New("nats: API error: code=400 err_code=10071 secret detail"))
+	if err := json.Unmarshal(b, &rep); err != nil || rep.Error.Code != errcode.Internal || rep.Error.Retryable {
+		t.Fatalf("plain error reply = %+v, %v; want internal, not retryable", rep.Error, err)
+	}
+	if strings.Contains(string(b), "10071") || strings.Contains(string(b), "secret") {
+		t.Fatalf("plain error reply %s leaks the error's text", b)
+	}
+	b = ErrorReply(errcode.Wrap(errcode.Unavailable, errors.New("nats: API error: code=503"), "append event"))
+	if strings.Contains(string(b), "nats:") {
+		t.Fatalf("wrapped error reply %s leaks its cause", b)
 	}
 }
 
@@ -152,11 +163,13 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"command_id":"x","args":{"argv":["a"],"timeout_ms":5}}`))
 	f.Add([]byte(`{"args":{"shell":"echo"}}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"version":"1.9","x":{"y":[1,2]},"args":{"argv":["a"],"z":null}}`))
+	f.Add([]byte(`{"args":{"argv":["a"],"argv":["b"]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var args ExecArgs
 		req, err := DecodeRequest(data, &args)
 		if err != nil {
-			if errcode.Of(err) != errcode.InvalidRequest && errcode.Of(err) != errcode.PayloadTooLarge {
+			if c := errcode.Of(err); c != errcode.InvalidRequest && c != errcode.PayloadTooLarge && c != errcode.UnsupportedVersion {
 				t.Fatalf("decode error with code %s: %v", errcode.Of(err), err)
 			}
 			return

@@ -1,11 +1,13 @@
 package commands
 
-// Op names a session operation; it is the last token of a session subject.
+// Op names an operation; it is the last token of its subject.
 type Op string
 
-// The session operations. OpCreate travels on the tenant's create subject
-// (and, forwarded by the scheduler, on the chosen node's subject); every
-// other op travels on the session's own subject.
+// The operations. OpCreate travels on the tenant's create subject (and,
+// forwarded by the scheduler, on the chosen node's subject); OpLookup only
+// on the tenant's subject; OpResume on the session's subject and, when no
+// node serves the session, on the tenant's; every other op on the
+// session's own subject.
 const (
 	OpCreate   Op = "create"
 	OpStart    Op = "start"
@@ -22,6 +24,7 @@ const (
 	OpPersist  Op = "persist"
 	OpHydrate  Op = "hydrate"
 	OpResume   Op = "resume"
+	OpLookup   Op = "lookup"
 )
 
 // SessionOps lists the ops served on a session subject.
@@ -35,4 +38,44 @@ func (op Op) Known() bool {
 		}
 	}
 	return false
+}
+
+// Where an op travels.
+const (
+	OnSession = "session" // <prefix>.cmd.<tenant>.<session>.<op>, served by the owning node
+	OnTenant  = "tenant"  // <prefix>.cmd.<tenant>.<op>, served by the engine's scheduler
+)
+
+// Spec describes one op as the contract has it: where it travels, the
+// types of its args and result (nil: none, sent as {} or omitted), and
+// what it does. docs/architecture.md's op table is checked against Specs.
+type Spec struct {
+	Op      Op
+	Subject string
+	Args    any
+	Result  any
+	Doc     string
+}
+
+// Specs returns every op of the contract, tenant ops first.
+func Specs() []Spec {
+	return []Spec{
+		{OpCreate, OnTenant, CreateArgs{}, CreateResult{}, "create and start a session on a node the scheduler picks"},
+		{OpLookup, OnTenant, LookupArgs{}, LookupResult{}, "why a session does not answer: its status and node, or session_not_found"},
+		{OpResume, OnTenant, ResumeRequest{}, ResumeResult{}, "resume a session no node serves, on a node the scheduler picks"},
+		{OpExec, OnSession, ExecArgs{}, ExecResult{}, "run a command to completion"},
+		{OpRead, OnSession, ReadArgs{}, ReadResult{}, "read a whole file"},
+		{OpWrite, OnSession, WriteArgs{}, WriteResult{}, "write a whole file, making missing parents"},
+		{OpLs, OnSession, LsArgs{}, LsResult{}, "list a directory, a page at a time"},
+		{OpRm, OnSession, RmArgs{}, nil, "remove a file or a tree"},
+		{OpMkdir, OnSession, MkdirArgs{}, nil, "make a directory"},
+		{OpRunning, OnSession, nil, RunningResult{}, "whether the sandbox runs"},
+		{OpStart, OnSession, nil, StatusResult{}, "start a stopped session"},
+		{OpStop, OnSession, nil, SnapshotResult{}, "persist the workspace, then stop the sandbox"},
+		{OpShutdown, OnSession, nil, StatusResult{}, "remove the sandbox; snapshots stay"},
+		{OpDelete, OnSession, nil, StatusResult{}, "shut down if needed and forget the session"},
+		{OpPersist, OnSession, nil, SnapshotResult{}, "snapshot the workspace into the object store"},
+		{OpHydrate, OnSession, HydrateArgs{}, HydrateResult{}, "replace the workspace with a snapshot or an uploaded tar"},
+		{OpResume, OnSession, ResumeArgs{}, ResumeResult{}, "bring a stopped or shut-down session back"},
+	}
 }

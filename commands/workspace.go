@@ -8,11 +8,13 @@ import (
 
 // Snapshot describes a stored workspace archive (see objectstore).
 type Snapshot struct {
-	ID     string `json:"snapshot_id"`
-	Name   string `json:"name"`
-	SHA256 string `json:"digest"` // hex sha256 of the tar: the workspace's fingerprint
-	// StoredSHA256 is the hex sha256 of the stored (compressed) bytes.
-	StoredSHA256 string `json:"stored_digest,omitempty"`
+	ID   string `json:"snapshot_id"`
+	Name string `json:"name"`
+	// SHA256 is the hex sha256 of the tar: the workspace's fingerprint.
+	SHA256 string `json:"sha256"`
+	// StoredSHA256 is the hex sha256 of the stored (maybe compressed)
+	// bytes, which a download is checked against.
+	StoredSHA256 string `json:"stored_sha256,omitempty"`
 	Size         int64  `json:"size"` // stored bytes
 	Members      int    `json:"members"`
 	Bytes        int64  `json:"bytes"` // sum of the regular members' sizes
@@ -45,6 +47,9 @@ func (a *HydrateArgs) Validate() error {
 	if a.SnapshotID != "" {
 		return CheckToken("snapshot_id", a.SnapshotID)
 	}
+	if len(a.Upload) > 512 {
+		return errcode.New(errcode.InvalidRequest, "upload name is longer than 512 bytes")
+	}
 	return nil
 }
 
@@ -59,6 +64,14 @@ type HydrateResult struct {
 // recorded, so no node can restore them on its own).
 type ResumeArgs struct {
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
+}
+
+// Validate checks the resume arguments.
+func (a *ResumeArgs) Validate() error {
+	if len(a.SecretEnv) > MaxEnvVars {
+		return errcode.New(errcode.InvalidRequest, "more than %d environment variables", MaxEnvVars)
+	}
+	return checkEnv(a.SecretEnv)
 }
 
 // ResumeResult answers resume.
@@ -80,7 +93,13 @@ type ResumeRequest struct {
 }
 
 // Validate checks the request.
-func (r *ResumeRequest) Validate() error { return CheckToken("session_id", r.SessionID) }
+func (r *ResumeRequest) Validate() error {
+	if err := CheckToken("session_id", r.SessionID); err != nil {
+		return err
+	}
+	a := ResumeArgs{SecretEnv: r.SecretEnv}
+	return a.Validate()
+}
 
 // ResumePlacement is what the scheduler sends to the node it chose to
 // resume a session on.

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -14,8 +16,53 @@ func Hash(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Version is the schema version written into every event.
-const Version = 1
+// Version is the schema version written into every event. Within a
+// version, events only gain optional fields (and data payloads optional
+// fields), which readers ignore; anything else is a new version. Every
+// reader checks it (CheckVersion) and sets aside an event of a version it
+// does not know rather than guess at it.
+//
+// Version 2 is the event schema of contract v1 (the data types of this
+// package). Version 1 was the first wave's, before the contract was fixed:
+// its data fields differ (a snapshot's "digest" is now "sha256", output
+// was lossy text), so readers set such events aside too.
+const Version = 2
+
+// ErrUnsupportedVersion is the kind of error CheckVersion returns.
+var ErrUnsupportedVersion = errors.New("unsupported event version")
+
+// CheckVersion returns an error wrapping ErrUnsupportedVersion unless the
+// event is of Version.
+func (e *Event) CheckVersion() error { return checkVersion(e.Version) }
+
+// CheckVersion returns an error wrapping ErrUnsupportedVersion unless the
+// node event is of Version.
+func (e *NodeEvent) CheckVersion() error { return checkVersion(e.Version) }
+
+func checkVersion(v int) error {
+	if v != Version {
+		return fmt.Errorf("%w: version %d (this reader knows %d)", ErrUnsupportedVersion, v, Version)
+	}
+	return nil
+}
+
+// Parse decodes a stored session event and checks its version.
+func Parse(data []byte) (Event, error) {
+	var ev Event
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return ev, err
+	}
+	return ev, ev.CheckVersion()
+}
+
+// ParseNode decodes a stored node event and checks its version.
+func ParseNode(data []byte) (NodeEvent, error) {
+	var ev NodeEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return ev, err
+	}
+	return ev, ev.CheckVersion()
+}
 
 // Phase is start or finish.
 type Phase string
@@ -46,22 +93,30 @@ type Event struct {
 	// (empty on the first), so that altering or removing an event breaks
 	// the chain.
 	PrevHash string `json:"prev_hash,omitempty"`
-	// Data holds op-specific details: the create spec (secret values
-	// redacted), exec argv and byte counts, write sizes and digests.
+	// Data holds op-specific details, of the type NewData(Op, Phase)
+	// gives: the create spec without secret values, exec argv and byte
+	// counts, write sizes and digests, ...
 	Data json.RawMessage `json:"data,omitempty"`
 
-	// Finish only.
-	OK              *bool    `json:"ok,omitempty"`
-	DurationMS      *float64 `json:"duration_ms,omitempty"`
-	ErrorCode       string   `json:"error_code,omitempty"`
-	ErrorType       string   `json:"error_type,omitempty"`
-	ErrorMessage    string   `json:"error_message,omitempty"`
-	ErrorRetryable  *bool    `json:"error_retryable,omitempty"`
-	ExitCode        *int     `json:"exit_code,omitempty"`
-	Stdout          string   `json:"stdout,omitempty"`
-	Stderr          string   `json:"stderr,omitempty"`
-	StdoutTruncated bool     `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool     `json:"stderr_truncated,omitempty"`
+	// Finish only. OK is false for an op that failed (ErrorCode says why)
+	// and for an exec whose command exited non-zero (ExitCode says how),
+	// as the OpenAI Agents SDK's finish events have it.
+	OK             *bool    `json:"ok,omitempty"`
+	DurationMS     *float64 `json:"duration_ms,omitempty"`
+	ErrorCode      string   `json:"error_code,omitempty"`
+	ErrorType      string   `json:"error_type,omitempty"`
+	ErrorMessage   string   `json:"error_message,omitempty"`
+	ErrorRetryable *bool    `json:"error_retryable,omitempty"`
+	ExitCode       *int     `json:"exit_code,omitempty"`
+	// Stdout and Stderr hold captured exec output (only under a capture
+	// policy), encoded as replies encode it: the text itself, or base64
+	// with StdoutEncoding (StderrEncoding) "base64" (commands.EncodeOutput).
+	Stdout          string `json:"stdout,omitempty"`
+	StdoutEncoding  string `json:"stdout_encoding,omitempty"`
+	Stderr          string `json:"stderr,omitempty"`
+	StderrEncoding  string `json:"stderr_encoding,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
 }
 
 // NodeEvent records a node's lifecycle (registered, stopped).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/paddock-dev/paddock/errcode"
 )
@@ -54,8 +55,11 @@ func (l *Log) AppendRaw(ctx context.Context, ev *Event, data []byte, expectLast 
 		jetstream.WithExpectLastSequenceForSubject(expectLast, l.subjects.SessionFilter(ev.Tenant, ev.SessionID)),
 	)
 	if err != nil {
-		if IsWrongLastSequence(err) {
+		switch {
+		case IsWrongLastSequence(err):
 			return 0, errcode.Wrap(errcode.ConcurrencyConflict, err, fmt.Sprintf("session %s/%s has another writer", ev.Tenant, ev.SessionID))
+		case errors.Is(err, nats.ErrMaxPayload):
+			return 0, errcode.Wrap(errcode.PayloadTooLarge, err, fmt.Sprintf("the %s %s event encodes to %d bytes, over the server's message limit", ev.Op, ev.Phase, len(data)))
 		}
 		return 0, errcode.Wrap(errcode.Unavailable, err, "append event")
 	}
@@ -111,8 +115,8 @@ func (l *Log) Last(ctx context.Context, tenant, session string) (Tail, error) {
 	if err != nil {
 		return Tail{}, errcode.Wrap(errcode.Unavailable, err, "last event")
 	}
-	var ev Event
-	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+	ev, err := Parse(msg.Data)
+	if err != nil {
 		return Tail{}, fmt.Errorf("decode event at stream seq %d: %w", msg.Sequence, err)
 	}
 	return Tail{Event: &ev, StreamSeq: msg.Sequence, Hash: Hash(msg.Data)}, nil
@@ -129,10 +133,10 @@ type Msg struct {
 	Time time.Time
 }
 
-// Decode decodes the message as a session event.
+// Decode decodes the message as a session event and checks its version.
 func (m Msg) Decode() (Event, error) {
-	var ev Event
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
+	ev, err := Parse(m.Data)
+	if err != nil {
 		return ev, fmt.Errorf("decode event at stream seq %d: %w", m.StreamSeq, err)
 	}
 	return ev, nil

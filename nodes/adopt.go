@@ -2,14 +2,11 @@ package nodes
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"path"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -35,43 +32,30 @@ const (
 type judged struct {
 	verdict verdict
 	why     string
-	state   projection.Session
-	evs     []events.Event
-	tail    events.Tail
+	h       history
 }
 
 // judge reads the session's events and decides whether this node owns a
 // live session on fd.
 func (a *Agent) judge(ctx context.Context, fd runtime.Found) judged {
-	evs, err := a.log.Session(ctx, fd.Tenant, fd.SessionID)
-	if err != nil {
+	h, fresh, err := a.readHistory(ctx, fd.Tenant, fd.SessionID)
+	switch {
+	case err != nil && len(h.evs) == 0:
 		return judged{verdict: keep, why: fmt.Sprintf("events unreadable: %v", err)}
-	}
-	if len(evs) == 0 {
+	case len(h.evs) == 0:
 		return judged{verdict: orphan, why: "no events for the session"}
-	}
-	st, ferr := projection.Fold(evs)
-	switch {
-	case ferr != nil:
-		return judged{verdict: orphan, why: fmt.Sprintf("the session's history is inconsistent: %v", ferr)}
-	}
-	node, epoch := placement(evs)
-	switch {
-	case node != a.cfg.ID:
-		return judged{verdict: orphan, why: fmt.Sprintf("the session belongs to node %s", node)}
-	case epoch != fd.Epoch:
-		return judged{verdict: orphan, why: fmt.Sprintf("the session is at epoch %d, the sandbox at %d", epoch, fd.Epoch)}
-	case st.Status != projection.StatusRunning && st.Status != projection.StatusStopped:
-		return judged{verdict: orphan, why: fmt.Sprintf("the session is %s", st.Status), state: st, evs: evs}
-	}
-	tail, err := a.log.Last(ctx, fd.Tenant, fd.SessionID)
-	if err != nil {
-		return judged{verdict: keep, why: fmt.Sprintf("events unreadable: %v", err)}
-	}
-	if tail.Event == nil || tail.Event.Seq != st.LastSeq {
+	case err != nil:
+		return judged{verdict: orphan, why: err.Error(), h: h}
+	case h.node != a.cfg.ID:
+		return judged{verdict: orphan, why: fmt.Sprintf("the session belongs to node %s", h.node), h: h}
+	case h.epoch != fd.Epoch:
+		return judged{verdict: orphan, why: fmt.Sprintf("the session is at epoch %d, the sandbox at %d", h.epoch, fd.Epoch), h: h}
+	case h.state.Status != projection.StatusRunning && h.state.Status != projection.StatusStopped:
+		return judged{verdict: orphan, why: fmt.Sprintf("the session is %s", h.state.Status), h: h}
+	case !fresh:
 		return judged{verdict: keep, why: "the session's events changed while they were read"}
 	}
-	return judged{verdict: adopt, state: st, evs: evs, tail: tail}
+	return judged{verdict: adopt, h: h}
 }
 
 // eachUnheld calls fn for every sandbox that the agent's runtimes find
@@ -109,142 +93,62 @@ func (a *Agent) adoptAll(ctx context.Context) {
 			a.closeDangling(ctx, fd, j)
 			return
 		}
-		if err := a.adoptOne(ctx, rtName, fd, j); err != nil {
+		if err := a.adoptOne(ctx, fd, j.h); err != nil {
 			a.logger.Warn("cannot reattach session", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
 		}
 	})
 }
 
-// placement returns the node and epoch a session's events place it at:
-// its create, or the latest resume that placed it anew.
-func placement(evs []events.Event) (string, uint64) {
-	var node string
-	var epoch uint64
-	for _, ev := range evs {
-		switch {
-		case ev.Op == "create" && ev.Phase == events.PhaseStart:
-			var d createData
-			_ = json.Unmarshal(ev.Data, &d)
-			node, epoch = ev.Node, d.Epoch
-		case ev.Op == "resume" && ev.Phase == events.PhaseFinish && ev.OK != nil && *ev.OK:
-			var d resumeData
-			if json.Unmarshal(ev.Data, &d) == nil && d.Node != "" {
-				node, epoch = d.Node, d.Epoch
-			}
+// adoptOne serves the session on fd again: the session is rebuilt from its
+// history (secret values come back from the sandbox's environment), the
+// operations the restart cut short are recorded as failed, and then its
+// subject is served.
+func (a *Agent) adoptOne(ctx context.Context, fd runtime.Found, h history) error {
+	secrets := map[string]string{}
+	for _, k := range h.create.SecretEnvKeys {
+		if v, ok := fd.Env[k]; ok {
+			secrets[k] = v
 		}
 	}
-	return node, epoch
-}
-
-// ephemeralPaths returns the ephemeral paths of a recorded manifest.
-func ephemeralPaths(m []manifestRecord) []string {
-	var out []string
-	for _, r := range m {
-		if r.Ephemeral {
-			out = append(out, path.Clean(r.Path))
+	s := a.newSession(fd.Tenant, fd.SessionID, h.create, secrets, fd.Epoch)
+	s.takeUp(h)
+	if held, err := a.hold(s); err != nil {
+		if held != nil || errcode.Of(err) == errcode.Unavailable {
+			return nil // held meanwhile, or draining
 		}
+		return err
 	}
-	return out
-}
-
-// lastSnapshot returns the newest snapshot a session's events recorded.
-func lastSnapshot(evs []events.Event) *commands.Snapshot {
-	var last *commands.Snapshot
-	for _, ev := range evs {
-		if ev.Phase != events.PhaseFinish || ev.OK == nil || !*ev.OK || (ev.Op != "persist" && ev.Op != "stop") {
-			continue
-		}
-		var r commands.SnapshotResult
-		if json.Unmarshal(ev.Data, &r) == nil && r.Snapshot != nil {
-			last = r.Snapshot
-		}
-	}
-	return last
-}
-
-// adoptOne serves the session on fd again: it restores the session's
-// sequence and redaction from the events and the sandbox, records the
-// operations the restart cut short as failed, and subscribes.
-func (a *Agent) adoptOne(ctx context.Context, rtName string, fd runtime.Found, j judged) error {
-	var cs createData
-	_ = json.Unmarshal(j.evs[0].Data, &cs) // the fold checked evs[0] is the create start
-	if cs.WorkspaceRoot == "" {
-		cs.WorkspaceRoot = runtime.DefaultWorkspaceRoot
-	}
-	secrets := make(map[string]string, len(cs.SecretEnvKeys))
-	for _, k := range cs.SecretEnvKeys {
-		secrets[k] = fd.Env[k]
-	}
-	env := map[string]string{}
-	for k, v := range cs.Env {
-		env[k] = v
-	}
-	for k, v := range secrets {
-		env[k] = v
-	}
-	s := &session{
-		tenant: fd.Tenant, id: fd.SessionID, runtime: rtName, root: cs.WorkspaceRoot,
-		redact: newRedactor(secrets), status: j.state.Status, results: map[string]*cmdResult{},
-		seq: j.state.LastSeq, lastStreamSeq: j.tail.StreamSeq, lastHash: j.tail.Hash, sb: fd.Sandbox,
-		epoch: fd.Epoch, lastSnap: lastSnapshot(j.evs), ephemeral: ephemeralPaths(cs.Manifest),
-		spec: runtime.Spec{
-			Tenant: fd.Tenant, SessionID: fd.SessionID, Node: a.cfg.ID, Epoch: fd.Epoch, Image: cs.Image,
-			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: cs.WorkspaceRoot,
-			Network: cs.Network, User: cs.User, PidsLimit: cs.PidsLimit,
-		},
-	}
-	key := sessionKey(fd.Tenant, fd.SessionID)
-	a.mu.Lock()
-	if a.sessions[key] != nil || a.draining {
-		a.mu.Unlock()
-		return nil
-	}
-	a.sessions[key] = s
-	a.mu.Unlock()
-
-	if err := a.finishInFlight(ctx, s, j); err != nil {
+	if err := a.finishInFlight(ctx, s, h); err != nil {
 		a.forget(s)
 		return err
 	}
 	// The events are the truth: a session they say is running runs again
 	// (its container may have stopped with the host).
-	if j.state.Status == projection.StatusRunning && !fd.Running {
+	if h.state.Status == projection.StatusRunning && !fd.Running {
 		if err := fd.Sandbox.Start(ctx); err != nil {
 			a.logger.Warn("reattached session's sandbox does not start", "tenant", s.tenant, "session", s.id, "err", err)
 		}
 	}
-	sub, err := a.subscribeSession(s)
-	if err != nil {
+	if err := a.attach(s, fd.Sandbox); err != nil {
 		a.forget(s)
+		if errcode.Of(err) == errcode.Unavailable {
+			return nil // draining
+		}
 		return err
 	}
-	// Set the subscription under a.mu so that Close either sees it or has
-	// already begun draining (then it is dropped here).
-	a.mu.Lock()
-	draining := a.draining
-	if !draining {
-		s.mu.Lock()
-		s.sub = sub
-		s.mu.Unlock()
-	}
-	a.mu.Unlock()
-	if draining {
-		_ = sub.Unsubscribe()
-		return nil
-	}
-	a.logger.Info("reattached session", "tenant", s.tenant, "session", s.id, "status", s.getStatus(), "seq", s.seq)
+	a.logger.Info("reattached session", "tenant", s.tenant, "session", s.id, "status", s.getStatus(), "seq", s.lastSeq())
 	return nil
 }
 
 // finishInFlight appends a failed finish for each operation of s that
-// started but never finished because the node stopped under it, so that
-// every start has its finish.
-func (a *Agent) finishInFlight(ctx context.Context, s *session, j judged) error {
-	for _, ev := range j.evs {
+// started but never finished because its node stopped under it, so that
+// every start has its finish, and remembers it under its command id.
+func (a *Agent) finishInFlight(ctx context.Context, s *session, h history) error {
+	for _, ev := range h.evs {
 		if ev.Phase != events.PhaseStart {
 			continue
 		}
-		if _, open := j.state.InFlight[ev.SpanID]; !open {
+		if _, open := h.state.InFlight[ev.SpanID]; !open {
 			continue
 		}
 		ok, retry := false, errcode.Unavailable.Retryable()
@@ -254,11 +158,12 @@ func (a *Agent) finishInFlight(ctx context.Context, s *session, j judged) error 
 			CommandID: ev.CommandID, SpanID: ev.SpanID, ParentSpanID: ev.ParentSpanID, TraceID: ev.TraceID,
 			Node: a.cfg.ID, Actor: ev.Actor, OK: &ok,
 			ErrorCode: string(errcode.Unavailable), ErrorType: "errcode.Error", ErrorRetryable: &retry,
-			ErrorMessage: fmt.Sprintf("node %s stopped while the operation ran; its outcome is unknown", a.cfg.ID),
+			ErrorMessage: fmt.Sprintf("node %s stopped while the operation ran; its outcome is unknown (send a new command id to run it again)", h.node),
 		}
 		if err := a.appendEvent(ctx, s, &fin); err != nil {
 			return fmt.Errorf("record the end of %s %s: %w", ev.Op, ev.SpanID, err)
 		}
+		s.memory.recordFinish(fin)
 	}
 	return nil
 }
@@ -267,15 +172,13 @@ func (a *Agent) finishInFlight(ctx context.Context, s *session, j judged) error 
 // short, so that the session's history is whole; the reaper removes the
 // sandbox later.
 func (a *Agent) closeDangling(ctx context.Context, fd runtime.Found, j judged) {
-	if j.state.Status != projection.StatusCreating || j.state.Node != a.cfg.ID || len(j.state.InFlight) == 0 {
+	h := j.h
+	if len(h.evs) == 0 || h.state.Status != projection.StatusCreating || h.node != a.cfg.ID || len(h.state.InFlight) == 0 {
 		return
 	}
-	tail, err := a.log.Last(ctx, fd.Tenant, fd.SessionID)
-	if err != nil {
-		return
-	}
-	s := &session{tenant: fd.Tenant, id: fd.SessionID, seq: j.state.LastSeq, lastStreamSeq: tail.StreamSeq, lastHash: tail.Hash}
-	if err := a.finishInFlight(ctx, s, j); err != nil {
+	s := a.newSession(fd.Tenant, fd.SessionID, h.create, nil, h.epoch)
+	s.takeUp(h)
+	if err := a.finishInFlight(ctx, s, h); err != nil {
 		a.logger.Warn("cannot record the end of an interrupted create", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
 	}
 }
@@ -299,7 +202,7 @@ func (a *Agent) reap(ctx context.Context) int {
 		case adopt:
 			// A sandbox that startup could not reattach (a passing fault):
 			// serve it now rather than remove a live session.
-			if err := a.adoptOne(ctx, rtName, fd, j); err != nil {
+			if err := a.adoptOne(ctx, fd, j.h); err != nil {
 				a.logger.Warn("cannot reattach session", "tenant", fd.Tenant, "session", fd.SessionID, "err", err)
 			}
 			return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ type Agent struct {
 	cmdSubj  commands.Subjects
 	runtimes map[string]runtime.Runtime
 	order    []string // runtime names in preference order
+	ops      map[commands.Op]opDef
 
 	// ctx is cancelled by Close once the drain bound has passed; in-flight
 	// operations run under it.
@@ -37,7 +39,9 @@ type Agent struct {
 	loops  sync.WaitGroup // the heartbeat and reaper loops
 	sem    chan struct{}
 
-	mu       sync.Mutex // guards the fields below
+	// mu guards the fields below. Lock order: Agent.mu, then a session's
+	// appendMu, then its mu (see session).
+	mu       sync.Mutex
 	store    *objectstore.Store
 	sessions map[string]*session
 	nodeSubs []*nats.Subscription
@@ -69,6 +73,7 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 		runtimes: map[string]runtime.Runtime{},
 		sessions: map[string]*session{},
 		sem:      make(chan struct{}, cfg.MaxConcurrent),
+		ops:      sessionOps(),
 	}
 	for _, rt := range rts {
 		if _, dup := a.runtimes[rt.Name()]; dup {
@@ -210,7 +215,9 @@ func (a *Agent) unsubscribeNode() {
 }
 
 // dispatch runs h for each message on its own goroutine, bounded by
-// MaxConcurrent and tracked for Close.
+// MaxConcurrent and tracked for Close. A panic outside an operation (in
+// decoding, say) is recovered, logged and answered as internal; one inside
+// an operation is the operation's (see guard).
 func (a *Agent) dispatch(h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		a.mu.Lock()
@@ -225,8 +232,70 @@ func (a *Agent) dispatch(h func(ctx context.Context, m *nats.Msg)) nats.MsgHandl
 		go func() {
 			defer a.wg.Done()
 			defer func() { <-a.sem }()
+			defer func() {
+				if r := recover(); r != nil {
+					a.logger.Error("handler panicked", "subject", m.Subject, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+					a.respond(m, commands.ErrorReply(errcode.New(errcode.Internal, "internal error; the node's log has the cause")))
+				}
+			}()
 			h(a.ctx, m)
 		}()
+	}
+}
+
+// attach sets s's sandbox and then serves s's subject: no command reaches
+// a session before its sandbox is set.
+func (a *Agent) attach(s *session, sb runtime.Sandbox) error {
+	s.mu.Lock()
+	s.sb = sb
+	s.mu.Unlock()
+	return a.subscribe(s)
+}
+
+// subscribe serves s's subject and waits until the server has the
+// subscription. The subscription is recorded under a.mu, so Close either
+// sees it (and unsubscribes it) or has begun draining first, and then it
+// is dropped here: a session made while the agent closes cannot leak one.
+func (a *Agent) subscribe(s *session) error {
+	sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(s.tenant, s.id), a.dispatch(a.sessionHandler(s)))
+	if err == nil {
+		err = a.nc.FlushTimeout(10 * time.Second)
+	}
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		return errcode.Wrap(errcode.Unavailable, err, "subscribe the session's subject")
+	}
+	a.mu.Lock()
+	draining := a.draining
+	if !draining {
+		s.mu.Lock()
+		s.sub = sub
+		s.mu.Unlock()
+	}
+	a.mu.Unlock()
+	if draining {
+		_ = sub.Unsubscribe()
+		return errcode.New(errcode.Unavailable, "node %s is draining", a.cfg.ID)
+	}
+	return nil
+}
+
+// forget drops s from the agent and stops serving its subject.
+func (a *Agent) forget(s *session) {
+	a.mu.Lock()
+	if a.sessions[sessionKey(s.tenant, s.id)] == s {
+		delete(a.sessions, sessionKey(s.tenant, s.id))
+	}
+	a.mu.Unlock()
+	s.mu.Lock()
+	sub := s.sub
+	s.sub = nil
+	s.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+		_ = a.nc.Flush()
 	}
 }
 
@@ -247,7 +316,7 @@ func (a *Agent) info() Info {
 		status = "draining"
 	}
 	return Info{
-		ID: a.cfg.ID, Runtimes: a.order, Capacity: a.cfg.Capacity, Sessions: len(a.sessions),
+		Node: a.cfg.ID, Runtimes: a.order, Capacity: a.cfg.Capacity, Sessions: len(a.sessions),
 		Labels: a.cfg.Labels, Status: status, TS: time.Now().UTC(),
 	}
 }

@@ -58,7 +58,9 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("exec: %v", err)
 	}
-	want = append(want, step{op: "exec", ok: true, exitCode: intp(3)})
+	// A command that exits non-zero ran: its finish says ok false with its
+	// exit code and no error code, as the OpenAI Agents SDK's does.
+	want = append(want, step{op: "exec", ok: false, exitCode: intp(3)})
 	if res.ExitCode != 3 || string(res.Stdout) != "hello\nkey=[REDACTED]\n" || string(res.Stderr) != "oops\n" {
 		t.Fatalf("exec = exit %d stdout %q stderr %q, want 3, hello + redacted key, oops", res.ExitCode, res.Stdout, res.Stderr)
 	}
@@ -109,12 +111,20 @@ func TestEndToEnd(t *testing.T) {
 	if strings.Join(names, ",") != "dir:dir,x:dir" {
 		t.Fatalf("ls = %v, want dir:dir,x:dir", names)
 	}
-	if err := c.Remove(ctx, id, "x", false); !errors.Is(err, errcode.ErrInvalidRequest) {
+	if err := c.Remove(ctx, id, "x", false, false); !errors.Is(err, errcode.ErrInvalidRequest) {
 		t.Fatalf("rm non-empty dir: got %v, want invalid_request", err)
 	}
 	expectErr("rm", errcode.InvalidRequest)
-	if err := c.Remove(ctx, id, "x", true); err != nil {
+	if err := c.Remove(ctx, id, "x", true, false); err != nil {
 		t.Fatalf("rm -r: %v", err)
+	}
+	expectOK("rm")
+	if err := c.Remove(ctx, id, "x", true, false); !errors.Is(err, errcode.ErrNotFound) {
+		t.Fatalf("rm -r of a missing path: got %v, want not_found", err)
+	}
+	expectErr("rm", errcode.NotFound)
+	if err := c.Remove(ctx, id, "x/y/z", true, true); err != nil {
+		t.Fatalf("rm -rf of a missing path: got %v, want success as rm -rf has it", err)
 	}
 	expectOK("rm")
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/events"
 )
 
 // Capture is the output capture policy for exec events.
@@ -95,14 +96,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Info is what a node advertises in its heartbeats.
-type Info struct {
-	ID       string            `json:"id"`
-	Runtimes []string          `json:"runtimes"`
-	Capacity int               `json:"capacity"`
-	Sessions int               `json:"sessions"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	// Status is up or draining.
-	Status string    `json:"status"`
-	TS     time.Time `json:"ts"`
-}
+// Info is what a node advertises in its heartbeats and its registered
+// event (the events package owns the type, as it owns all event data).
+type Info = events.NodeInfo

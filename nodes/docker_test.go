@@ -2,8 +2,10 @@ package nodes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +91,12 @@ func TestDockerReattach(t *testing.T) {
 	if err := st.Client.Stop(ctx, stopped.SessionID); err != nil {
 		t.Fatal(err)
 	}
+	counted := commands.ExecArgs{Shell: "echo ran >> count; wc -l < count"}
+	retry, _ := json.Marshal(commands.Request{Version: commands.Version, CommandID: "count-once", Args: mustJSON(t, counted)})
+	execSubj := commands.Subjects{}.Session("default", s.SessionID, commands.OpExec)
+	if rep := rawReply(t, ctx, st.ClientConn, execSubj, retry); rep.Error != nil || rep.Replayed {
+		t.Fatalf("first run of count-once: %+v", rep)
+	}
 	if err := first.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +114,16 @@ func TestDockerReattach(t *testing.T) {
 	}
 	if string(res.Stdout) != "kept [REDACTED]\n" {
 		t.Fatalf("exec after reattach = %q, want the file and the redacted secret", res.Stdout)
+	}
+	// A command id the first node ran is not run again by the second: the
+	// outcome comes back rebuilt from its finish event.
+	rep := rawReply(t, ctx, st.ClientConn, execSubj, retry)
+	var again commands.ExecResult
+	if rep.Error != nil || !rep.Replayed || json.Unmarshal(rep.Result, &again) != nil || again.ExitCode != 0 || again.StdoutBytes != 2 {
+		t.Fatalf("retry of count-once after the restart: %+v (%s); want the replayed outcome", rep, rep.Result)
+	}
+	if res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Argv: []string{"wc", "-l", "count"}}); err != nil || !strings.HasPrefix(res.Stdout, "1 ") {
+		t.Fatalf("count after the retry = %q, %v; want 1 line: the command ran once", res.Stdout, err)
 	}
 	if running, err := st.Client.Running(ctx, stopped.SessionID); err != nil || running {
 		t.Fatalf("stopped session after reattach: running=%v, %v; want false", running, err)

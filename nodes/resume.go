@@ -2,140 +2,238 @@ package nodes
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
+	"maps"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/projection"
 )
 
+// Resume has one path, whoever asks: the session's own subject (the node
+// that serves it) or the scheduler's placement on this node of a session
+// no node serves (handleResumePlacement, which first takes the session
+// over from its history). Either way resume brings the session back:
+//
+//	sandbox here, running or stopped → start it; restore the last snapshot
+//	                                   unless the workspace still has its
+//	                                   fingerprint
+//	sandbox shut down, or none here  → create a fresh one at the next epoch
+//	(taken over from another node)     and restore the last snapshot
+
+func resumeStart(_ *Agent, _ *session, args *commands.ResumeArgs) any {
+	return events.ResumeStart{SecretEnvKeys: sortedKeys(args.SecretEnv)}
+}
+
+func runResume(ctx context.Context, a *Agent, s *session, args *commands.ResumeArgs) (outcome, error) {
+	return a.resume(ctx, s, args.SecretEnv)
+}
+
+// resume is the resume operation; secretEnv, when given, replaces the
+// session's secret values (for the redaction of everything recorded from
+// now on, and for a re-created sandbox).
+func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]string) (outcome, error) {
+	if err := s.setSecrets(secretEnv); err != nil {
+		return outcome{}, err
+	}
+	snap := s.snapshot()
+	d := events.ResumeFinish{Status: string(projection.StatusRunning), Node: a.cfg.ID, Epoch: s.getEpoch()}
+	if snap != nil {
+		d.SnapshotID = snap.ID
+	}
+	sb, st := s.sandbox(), s.getStatus()
+	switch {
+	case sb != nil && (st == projection.StatusRunning || st == projection.StatusStopped):
+		if err := sb.Start(ctx); err != nil {
+			return outcome{}, err
+		}
+		if snap != nil {
+			fp, err := fingerprint(ctx, sb, ephemeralSkip(s.ephemeral))
+			if err != nil {
+				return outcome{}, err
+			}
+			if fp != snap.SHA256 {
+				if _, err := a.restore(ctx, s, sb, snap.ID, ""); err != nil {
+					return outcome{}, err
+				}
+				d.Restored = true
+			}
+		}
+	case sb == nil || st == projection.StatusShutDown:
+		if snap == nil {
+			return outcome{}, errcode.New(errcode.InvalidState, "session %s has no snapshot to resume from", s.id)
+		}
+		nsb, err := a.recreate(ctx, s)
+		if err != nil {
+			return outcome{}, err
+		}
+		if _, err := a.restore(ctx, s, nsb, snap.ID, ""); err != nil {
+			_ = nsb.Shutdown(context.WithoutCancel(ctx))
+			return outcome{}, err
+		}
+		d.Epoch++
+		d.Restored, d.ContainerID = true, containerID(nsb)
+		s.mu.Lock()
+		s.epoch = d.Epoch
+		s.mu.Unlock()
+		if sb == nil { // taken over: start serving the session's subject
+			if err := a.attach(s, nsb); err != nil {
+				_ = nsb.Shutdown(context.WithoutCancel(ctx))
+				return outcome{}, err
+			}
+		} else {
+			s.mu.Lock()
+			s.sb = nsb
+			s.mu.Unlock()
+		}
+	default:
+		return outcome{}, errcode.New(errcode.InvalidState, "resume: session %s is %s", s.id, st)
+	}
+	s.setStatus(projection.StatusRunning)
+	r := commands.ResumeResult{Status: d.Status, Node: d.Node, Epoch: d.Epoch, Restored: d.Restored, SnapshotID: d.SnapshotID}
+	return outcome{result: r, data: d}, nil
+}
+
+// setSecrets replaces the values of the session's secret variables that
+// secretEnv names; a name the create did not declare secret is
+// invalid_request. The redactor is rebuilt from all the values known.
+func (s *session) setSecrets(secretEnv map[string]string) error {
+	if len(secretEnv) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range secretEnv {
+		if _, declared := s.secretKeys[k]; !declared {
+			return errcode.New(errcode.InvalidRequest, "%s is not a secret variable of session %s", k, s.id)
+		}
+	}
+	env := maps.Clone(s.spec.Env)
+	maps.Copy(env, secretEnv)
+	s.spec.Env = env
+	known := map[string]string{}
+	for k := range s.secretKeys {
+		if v, ok := env[k]; ok {
+			known[k] = v
+		}
+	}
+	s.redact = newRedactor(known)
+	return nil
+}
+
+// recreate makes a fresh sandbox for s at the next epoch from the spec it
+// was created with.
+func (a *Agent) recreate(ctx context.Context, s *session) (runtime.Sandbox, error) {
+	rt, ok := a.runtimes[s.runtime]
+	if !ok {
+		return nil, errcode.New(errcode.NoCapacity, "node %s has no %s runtime", a.cfg.ID, s.runtime)
+	}
+	s.mu.Lock()
+	spec := s.spec
+	s.mu.Unlock()
+	spec.Epoch++
+	spec.Node = a.cfg.ID
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("recreate sandbox: %w", err)
+	}
+	s.mu.Lock()
+	s.spec = spec
+	s.mu.Unlock()
+	return sb, nil
+}
+
 // handleResumePlacement takes over a session whose node no longer serves
-// it (the scheduler chose this node): it rebuilds the session from its
-// events, records the operations its old node left open as failed,
-// creates a fresh sandbox at the next epoch, restores the last snapshot
-// into it and serves the session from then on. The old node, should it
-// come back, finds its sandbox placed elsewhere and reaps it.
+// it (the scheduler chose this node) and resumes it: it rebuilds the
+// session from its events, records the operations its old node left open
+// as failed, and runs the one resume path, which re-creates the sandbox
+// at the next epoch, restores the last snapshot and serves the session
+// from then on. The old node, should it come back, finds its sandbox
+// placed elsewhere and reaps it.
 func (a *Agent) handleResumePlacement(ctx context.Context, m *nats.Msg) {
 	var p commands.ResumePlacement
 	req, err := commands.DecodeRequest(m.Data, &p)
 	if err == nil {
-		err = commands.CheckToken("tenant", p.Tenant)
-	}
-	if err == nil {
-		err = commands.CheckToken("session_id", p.SessionID)
+		err = validateResumePlacement(&p)
 	}
 	if err != nil {
 		a.respond(m, commands.ErrorReply(err))
 		return
 	}
-	s, err := a.takeOver(ctx, p)
+	s, err := a.takeOver(ctx, p.Tenant, p.SessionID, p.SecretEnv)
 	if err != nil {
 		a.respond(m, commands.ErrorReply(err))
 		return
 	}
-	snap := s.snapshot()
-	a.run(ctx, m, s, req, commands.OpResume, nil, func(ctx context.Context) (outcome, error) {
-		sb, err := a.recreate(ctx, s, p.SecretEnv)
-		if err != nil {
-			return outcome{}, err
-		}
-		if _, err := a.restore(ctx, s, sb, snap.ID, ""); err != nil {
-			_ = sb.Shutdown(context.WithoutCancel(ctx))
-			return outcome{}, err
-		}
-		sub, err := a.subscribeSession(s)
-		if err != nil {
-			_ = sb.Shutdown(context.WithoutCancel(ctx))
-			return outcome{}, err
-		}
-		epoch := s.getEpoch() + 1
-		s.mu.Lock()
-		s.sb, s.sub, s.epoch, s.status = sb, sub, epoch, projection.StatusRunning
-		s.mu.Unlock()
-		d := resumeData{Status: projection.StatusRunning, Node: a.cfg.ID, Epoch: epoch, Restored: true, SnapshotID: snap.ID}
-		r := commands.ResumeResult{Status: string(d.Status), Node: d.Node, Epoch: d.Epoch, Restored: true, SnapshotID: snap.ID}
-		return outcome{result: r, data: d}, nil
+	start := events.ResumeStart{SecretEnvKeys: sortedKeys(p.SecretEnv), Placed: true}
+	reply := a.perform(ctx, s, req, commands.OpResume, start, func(ctx context.Context) (outcome, error) {
+		return a.resume(ctx, s, nil)
 	})
 	if s.sandbox() == nil {
 		a.forget(s)
 	}
+	a.respond(m, reply)
 }
 
-// takeOver registers a session rebuilt from its events, ready for the
-// resume operation, after recording the old node's open operations as
-// failed.
-func (a *Agent) takeOver(ctx context.Context, p commands.ResumePlacement) (*session, error) {
-	evs, err := a.log.Session(ctx, p.Tenant, p.SessionID)
-	if err != nil {
+func validateResumePlacement(p *commands.ResumePlacement) error {
+	if err := commands.CheckToken("tenant", p.Tenant); err != nil {
+		return err
+	}
+	if err := commands.CheckToken("session_id", p.SessionID); err != nil {
+		return err
+	}
+	args := commands.ResumeArgs{SecretEnv: p.SecretEnv}
+	return args.Validate()
+}
+
+// takeOver registers a session rebuilt from its events, with no sandbox
+// yet, after recording the old node's open operations as failed.
+func (a *Agent) takeOver(ctx context.Context, tenant, id string, secrets map[string]string) (*session, error) {
+	h, _, err := a.readHistory(ctx, tenant, id)
+	switch {
+	case err != nil && len(h.evs) == 0:
 		return nil, err
+	case len(h.evs) == 0:
+		return nil, errcode.New(errcode.SessionNotFound, "session %s does not exist", id)
+	case err != nil:
+		return nil, errcode.Wrap(errcode.InvalidState, err, fmt.Sprintf("session %s has a history that does not fold", id))
+	case h.state.Status == projection.StatusDeleted:
+		return nil, errcode.New(errcode.SessionNotFound, "session %s was deleted", id)
+	case h.snap == nil:
+		return nil, errcode.New(errcode.InvalidState, "session %s has no snapshot to resume from", id)
 	}
-	if len(evs) == 0 {
-		return nil, errcode.New(errcode.SessionNotFound, "session %s does not exist", p.SessionID)
+	if _, ok := a.runtimes[h.create.Runtime]; !ok {
+		return nil, errcode.New(errcode.NoCapacity, "node %s has no %s runtime", a.cfg.ID, h.create.Runtime)
 	}
-	st, _ := projection.Fold(evs)
-	if st.Status == projection.StatusDeleted {
-		return nil, errcode.New(errcode.SessionNotFound, "session %s was deleted", p.SessionID)
-	}
-	snap := lastSnapshot(evs)
-	if snap == nil {
-		return nil, errcode.New(errcode.InvalidState, "session %s has no snapshot to resume from", p.SessionID)
-	}
-	tail, err := a.log.Last(ctx, p.Tenant, p.SessionID)
-	if err != nil {
-		return nil, err
-	}
-	var cs createData
-	_ = json.Unmarshal(evs[0].Data, &cs)
-	if _, ok := a.runtimes[cs.Runtime]; !ok {
-		return nil, errcode.New(errcode.NoCapacity, "node %s has no %s runtime", a.cfg.ID, cs.Runtime)
-	}
-	if cs.WorkspaceRoot == "" {
-		cs.WorkspaceRoot = runtime.DefaultWorkspaceRoot
-	}
-	secrets := map[string]string{}
-	env := map[string]string{}
-	for k, v := range cs.Env {
-		env[k] = v
-	}
-	for _, k := range cs.SecretEnvKeys {
-		if v, ok := p.SecretEnv[k]; ok {
-			secrets[k], env[k] = v, v
+	for k := range secrets {
+		if !contains(h.create.SecretEnvKeys, k) {
+			return nil, errcode.New(errcode.InvalidRequest, "%s is not a secret variable of session %s", k, id)
 		}
 	}
-	_, epoch := placement(evs)
-	s := &session{
-		tenant: p.Tenant, id: p.SessionID, runtime: cs.Runtime, root: cs.WorkspaceRoot,
-		redact: newRedactor(secrets), status: st.Status, results: map[string]*cmdResult{},
-		seq: st.LastSeq, lastStreamSeq: tail.StreamSeq, lastHash: tail.Hash,
-		epoch: epoch, lastSnap: snap, ephemeral: ephemeralPaths(cs.Manifest),
-		spec: runtime.Spec{
-			Tenant: p.Tenant, SessionID: p.SessionID, Node: a.cfg.ID, Epoch: epoch, Image: cs.Image,
-			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: cs.WorkspaceRoot,
-			Network: cs.Network, User: cs.User, PidsLimit: cs.PidsLimit,
-		},
+	s := a.newSession(tenant, id, h.create, secrets, h.epoch)
+	s.takeUp(h)
+	if held, err := a.hold(s); err != nil {
+		if held != nil {
+			return nil, errcode.New(errcode.InvalidState, "node %s already serves session %s; send resume to the session", a.cfg.ID, id)
+		}
+		return nil, err
 	}
-	key := sessionKey(p.Tenant, p.SessionID)
-	a.mu.Lock()
-	switch {
-	case a.draining:
-		a.mu.Unlock()
-		return nil, errcode.New(errcode.Unavailable, "node %s is draining", a.cfg.ID)
-	case a.sessions[key] != nil:
-		a.mu.Unlock()
-		return nil, errcode.New(errcode.InvalidState, "node %s already serves session %s; send resume to the session", a.cfg.ID, p.SessionID)
-	case len(a.sessions) >= a.cfg.Capacity:
-		a.mu.Unlock()
-		return nil, errcode.New(errcode.NoCapacity, "node %s is full", a.cfg.ID)
-	}
-	a.sessions[key] = s
-	a.mu.Unlock()
-	j := judged{state: st, evs: evs, tail: tail}
-	if err := a.finishInFlight(ctx, s, j); err != nil {
+	if err := a.finishInFlight(ctx, s, h); err != nil {
 		a.forget(s)
 		return nil, err
 	}
 	return s, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
 }

@@ -1,38 +1,36 @@
 package nodes
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"maps"
+	"path"
+	"slices"
 	"sync"
-	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+
 	"github.com/paddock-dev/paddock/commands"
-	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/projection"
 )
 
-// maxRemembered bounds the per-session memory of command results.
-const maxRemembered = 1024
-
-// session is one session the agent owns.
+// session is one session the agent serves.
+//
+// Lock order: Agent.mu, then session.appendMu, then session.mu. Only
+// appendMu is held across I/O (an event append: the seq it guards must not
+// move while one is in flight); Agent.mu and session.mu never are.
 type session struct {
 	tenant  string
 	id      string
 	runtime string
 	root    string // workspace root as the sandbox sees it
-	redact  redactor
 	// ephemeral lists the manifest's ephemeral paths (clean, relative):
 	// persist leaves them out. Set before the session is served.
 	ephemeral []string
-
-	sub *nats.Subscription // set once, before the session is served
+	// secretKeys names the session's secret variables (the create's).
+	secretKeys map[string]struct{}
 
 	// appendMu serialises event appends; it guards seq, lastStreamSeq and
 	// lastHash.
@@ -42,37 +40,78 @@ type session struct {
 	lastHash      string // events.Hash of the last event's stored bytes
 
 	mu       sync.Mutex // guards the fields below
+	sub      *nats.Subscription
 	sb       runtime.Sandbox
-	spec     runtime.Spec       // as the sandbox was created (secret values included; never recorded)
-	epoch    uint64             // the placement's epoch
-	lastSnap *commands.Snapshot // the newest workspace snapshot, nil before the first
+	spec     runtime.Spec // as the sandbox was created (secret values included; never recorded)
+	redact   redactor     // rebuilt whenever secret values are given
+	epoch    uint64       // the placement's epoch
+	lastSnap *commands.Snapshot
 	status   projection.Status
-	results  map[string]*cmdResult // by command id
-	order    []string              // command ids, oldest first
+	memory   memory
 }
 
-// cmdResult is the reply to a command id, remembered so that a retry gets
-// the first result instead of running the command again.
-type cmdResult struct {
-	done  chan struct{}
-	reply []byte
+// newSession returns a session of tenant/id as its create record cs
+// describes it, to run on this node at epoch with the given secret values
+// (never recorded, so the caller has them from the create request, the
+// sandbox's environment or a resume). It is the one constructor of every
+// session: a create, a reattach after a restart and a take-over by resume
+// all start here, and the two latter then take up the history.
+func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map[string]string, epoch uint64) *session {
+	root := cs.WorkspaceRoot
+	if root == "" {
+		root = runtime.DefaultWorkspaceRoot
+	}
+	env := maps.Clone(cs.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	kept := map[string]string{}
+	keys := map[string]struct{}{}
+	for _, k := range cs.SecretEnvKeys {
+		keys[k] = struct{}{}
+		if v, ok := secrets[k]; ok {
+			env[k], kept[k] = v, v
+		}
+	}
+	s := &session{
+		tenant: tenant, id: id, runtime: cs.Runtime, root: root,
+		ephemeral:  ephemeralPaths(cs.Manifest),
+		secretKeys: keys,
+		redact:     newRedactor(kept),
+		epoch:      epoch,
+		status:     projection.StatusCreating,
+		spec: runtime.Spec{
+			Tenant: tenant, SessionID: id, Node: a.cfg.ID, Epoch: epoch, Image: cs.Image,
+			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: root,
+			Network: cs.Network, User: cs.User, PidsLimit: cs.PidsLimit,
+		},
+	}
+	s.memory.init()
+	return s
 }
 
-// remember returns the result slot for id and whether it already existed.
-func (s *session) remember(id string) (*cmdResult, bool) {
+// takeUp sets what the session's history says: its status, its place in
+// the event chain, its last snapshot and the outcomes of its commands.
+// It runs before the session is served.
+func (s *session) takeUp(h history) {
+	s.appendMu.Lock()
+	s.seq, s.lastStreamSeq, s.lastHash = h.state.LastSeq, h.tail.StreamSeq, h.tail.Hash
+	s.appendMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r, ok := s.results[id]; ok {
-		return r, true
+	s.status, s.lastSnap = h.state.Status, h.snap
+	s.mu.Unlock()
+	s.memory.seed(h.evs)
+}
+
+// ephemeralPaths returns the ephemeral paths of a recorded manifest.
+func ephemeralPaths(m []events.ManifestRecord) []string {
+	var out []string
+	for _, r := range m {
+		if r.Ephemeral {
+			out = append(out, path.Clean(r.Path))
+		}
 	}
-	r := &cmdResult{done: make(chan struct{})}
-	s.results[id] = r
-	s.order = append(s.order, id)
-	if len(s.order) > maxRemembered {
-		delete(s.results, s.order[0])
-		s.order = s.order[1:]
-	}
-	return r, false
+	return out
 }
 
 func (s *session) getStatus() projection.Status {
@@ -111,220 +150,74 @@ func (s *session) sandbox() runtime.Sandbox {
 	return s.sb
 }
 
-// redactor replaces secret values wherever they might appear.
-type redactor struct {
-	secrets [][]byte
-	json    [][]byte // each secret as it appears inside a JSON string
+func (s *session) redactor() redactor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.redact
 }
 
-const redacted = "[REDACTED]"
-
-func newRedactor(secretEnv map[string]string) redactor {
-	var r redactor
-	for _, v := range secretEnv {
-		if v == "" {
-			continue
-		}
-		r.secrets = append(r.secrets, []byte(v))
-		q, _ := json.Marshal(v)
-		r.json = append(r.json, q[1:len(q)-1])
-	}
-	return r
-}
-
-func (r redactor) bytes(b []byte) []byte {
-	for _, s := range r.secrets {
-		if bytes.Contains(b, s) {
-			b = bytes.ReplaceAll(b, s, []byte(redacted))
-		}
-	}
-	return b
-}
-
-func (r redactor) string(s string) string {
-	if len(r.secrets) == 0 {
-		return s
-	}
-	return string(r.bytes([]byte(s)))
-}
-
-func (r redactor) encoded(b []byte) []byte {
-	for _, s := range r.json {
-		if bytes.Contains(b, s) {
-			b = bytes.ReplaceAll(b, s, []byte(redacted))
-		}
-	}
-	return b
-}
-
-// outcome is what an op reports for its finish event and reply.
-type outcome struct {
-	result   any    // the reply's result
-	data     any    // the finish event's data
-	exitCode *int   // exec only
-	stdout   []byte // exec only: kept output, already redacted
-	stderr   []byte //
-	outTrunc bool   //
-	errTrunc bool   //
-	after    func() // runs after the finish event, before the reply
-}
-
-// appendEvent appends one event of s under its append lock, assigning seq.
-func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) error {
+// lastSeq returns the seq of the session's last event.
+func (s *session) lastSeq() uint64 {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	ev.Seq = s.seq + 1
-	ev.PrevHash = s.lastHash
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return fmt.Errorf("encode event: %w", err)
-	}
-	data = s.redact.encoded(data)
-	var seq uint64
-	// A finish must not be lost to a passing fault: retry what is retryable
-	// within a bound. The event id makes a retried publish idempotent.
-	for attempt := 0; ; attempt++ {
-		seq, err = a.log.AppendRaw(ctx, ev, data, s.lastStreamSeq)
-		if err == nil || errcode.Of(err) != errcode.Unavailable || attempt == 4 || ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
-		}
-	}
-	if err != nil {
-		return err
-	}
-	s.seq = ev.Seq
-	s.lastStreamSeq = seq
-	s.lastHash = events.Hash(data)
-	return nil
+	return s.seq
 }
 
-// run executes one operation on s: it appends the start event, runs fn,
-// appends the finish event and answers m. A command id seen before gets the
-// first reply without running anything.
-func (a *Agent) run(ctx context.Context, m *nats.Msg, s *session, req commands.Request, op commands.Op, startData any, fn func(ctx context.Context) (outcome, error)) {
-	var slot *cmdResult
-	if req.CommandID != "" {
-		r, seen := s.remember(req.CommandID)
-		if seen {
-			select {
-			case <-r.done:
-				a.respond(m, r.reply)
-			case <-ctx.Done():
-				a.respond(m, commands.ErrorReply(errcode.New(errcode.Unavailable, "node %s is shutting down", a.cfg.ID)))
+// history is what a session's stored events say about it: everything a
+// node needs to serve it again.
+type history struct {
+	evs    []events.Event
+	state  projection.Session
+	create events.CreateStart
+	// node and epoch are the placement: the create's, or that of the
+	// latest resume that placed the session anew.
+	node  string
+	epoch uint64
+	snap  *commands.Snapshot // the newest snapshot, nil before the first
+	tail  events.Tail        // the last stored event: where appends continue
+}
+
+// readHistory reads and folds a session's events. A session without
+// events has a zero history (len(evs) == 0). fresh is false when events
+// were appended while they were read: the caller should read again.
+func (a *Agent) readHistory(ctx context.Context, tenant, id string) (h history, fresh bool, err error) {
+	evs, err := a.log.Session(ctx, tenant, id)
+	if err != nil || len(evs) == 0 {
+		return history{}, true, err
+	}
+	h.evs = evs
+	h.state, err = projection.Fold(evs)
+	if err != nil {
+		return h, true, fmt.Errorf("the session's history is inconsistent: %w", err)
+	}
+	h.create, err = events.DecodeData[events.CreateStart](evs[0]) // the fold checked evs[0] is the create start
+	if err != nil {
+		return h, true, err
+	}
+	h.node, h.epoch = evs[0].Node, h.create.Epoch
+	for _, ev := range evs {
+		if ev.Phase != events.PhaseFinish || ev.OK == nil || !*ev.OK {
+			continue
+		}
+		switch commands.Op(ev.Op) {
+		case commands.OpResume:
+			if d, err := events.DecodeData[events.ResumeFinish](ev); err == nil && d.Node != "" {
+				h.node, h.epoch = d.Node, d.Epoch
 			}
-			return
-		}
-		slot = r
-	}
-	reply := a.execute(ctx, s, req, op, startData, fn)
-	if slot != nil {
-		slot.reply = reply
-		close(slot.done)
-	}
-	a.respond(m, reply)
-}
-
-func (a *Agent) execute(ctx context.Context, s *session, req commands.Request, op commands.Op, startData any, fn func(ctx context.Context) (outcome, error)) []byte {
-	spanID := newSpanID()
-	base := events.Event{
-		Version: events.Version, Tenant: s.tenant, SessionID: s.id, Op: string(op),
-		CommandID: req.CommandID, SpanID: spanID, ParentSpanID: req.ParentSpanID,
-		TraceID: req.TraceID, Node: a.cfg.ID, Actor: req.Actor,
-	}
-	start := base
-	start.EventID = uuid.NewString()
-	start.TS = time.Now().UTC()
-	start.Phase = events.PhaseStart
-	start.Data = mustJSON(startData)
-	if err := a.appendEvent(ctx, s, &start); err != nil {
-		if op == commands.OpCreate && errcode.Of(err) == errcode.ConcurrencyConflict {
-			return commands.ErrorReply(errcode.New(errcode.AlreadyExists, "session %s already exists", s.id))
-		}
-		return commands.ErrorReply(err)
-	}
-
-	began := time.Now()
-	out, opErr := fn(context.WithValue(ctx, startSeqKey{}, start.Seq))
-	dur := float64(time.Since(began).Microseconds()) / 1000
-
-	fin := base
-	fin.EventID = uuid.NewString()
-	fin.TS = time.Now().UTC()
-	fin.Phase = events.PhaseFinish
-	fin.DurationMS = &dur
-	ok := opErr == nil
-	fin.OK = &ok
-	if opErr != nil {
-		var e *errcode.Error
-		if !errors.As(opErr, &e) {
-			e = &errcode.Error{Code: errcode.Internal, Message: opErr.Error()}
-		}
-		msg := s.redact.string(e.Message)
-		opErr = &errcode.Error{Code: e.Code, Message: msg}
-		retry := e.Code.Retryable()
-		fin.ErrorCode, fin.ErrorType, fin.ErrorMessage, fin.ErrorRetryable = string(e.Code), "errcode.Error", msg, &retry
-	} else {
-		fin.Data = mustJSON(out.data)
-		fin.ExitCode = out.exitCode
-		if a.cfg.Capture.Limit > 0 {
-			fin.Stdout, fin.StdoutTruncated = capture(out.stdout, out.outTrunc, a.cfg.Capture.Limit)
-			fin.Stderr, fin.StderrTruncated = capture(out.stderr, out.errTrunc, a.cfg.Capture.Limit)
+		case commands.OpPersist, commands.OpStop:
+			if d, err := events.DecodeData[events.SnapshotFinish](ev); err == nil && d.Snapshot != nil {
+				h.snap = d.Snapshot
+			}
 		}
 	}
-	// The finish is appended even when the agent is being cancelled: an
-	// operation that ran must be recorded as ended.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := a.appendEvent(fctx, s, &fin); err != nil {
-		a.logger.Error("finish event not recorded", "tenant", s.tenant, "session", s.id, "op", op, "err", err)
-		return commands.ErrorReply(errcode.Wrap(errcode.Of(err), err, "operation ran but its finish event was not recorded"))
-	}
-	if out.after != nil {
-		out.after()
-	}
-	if opErr != nil {
-		return commands.ErrorReply(opErr)
-	}
-	b, err := commands.ResultReply(out.result)
+	h.tail, err = a.log.Last(ctx, tenant, id)
 	if err != nil {
-		return commands.ErrorReply(err)
+		return h, true, err
 	}
-	return b
+	return h, h.tail.Event != nil && h.tail.Event.Seq == h.state.LastSeq, nil
 }
 
-// startSeqKey carries the seq of an operation's start event to the
-// operation (persist records it with the snapshot).
-type startSeqKey struct{}
-
-// startSeq returns the seq of the running operation's start event.
-func startSeq(ctx context.Context) uint64 {
-	seq, _ := ctx.Value(startSeqKey{}).(uint64)
-	return seq
-}
-
-func capture(b []byte, truncated bool, limit int) (string, bool) {
-	if len(b) > limit {
-		return string(b[:limit]), true
-	}
-	return string(b), truncated
-}
-
-func mustJSON(v any) json.RawMessage {
-	if v == nil {
-		return nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
-func newSpanID() string {
-	u := uuid.New()
-	return fmt.Sprintf("%x", u[:8])
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }

@@ -4,17 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"os"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projection"
@@ -200,6 +199,21 @@ func (a *Agent) restoreStaged(ctx context.Context, s *session, stg stager, store
 	return out.st, nil
 }
 
+// ephemeralSkip returns the archive.Skip that leaves ephemeral paths out.
+func ephemeralSkip(paths []string) archive.Skip {
+	if len(paths) == 0 {
+		return nil
+	}
+	return func(rel string) bool {
+		for _, p := range paths {
+			if rel == p {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // fingerprint returns the sha256 of the workspace's archive as persist
 // would store it.
 func fingerprint(ctx context.Context, sb runtime.Sandbox, skip archive.Skip) (string, error) {
@@ -210,145 +224,36 @@ func fingerprint(ctx context.Context, sb runtime.Sandbox, skip archive.Skip) (st
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func (a *Agent) opPersist(ctx context.Context, m *nats.Msg, s *session) {
-	var args struct{}
-	req, ok := a.decode(m, &args)
-	if !ok {
-		return
+func runPersist(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error) {
+	if err := requireStatus(s, commands.OpPersist, projection.StatusRunning, projection.StatusStopped); err != nil {
+		return outcome{}, err
 	}
-	a.run(ctx, m, s, req, commands.OpPersist, nil, func(ctx context.Context) (outcome, error) {
-		if st := s.getStatus(); st != projection.StatusRunning && st != projection.StatusStopped {
-			return outcome{}, errcode.New(errcode.InvalidState, "session %s is %s", s.id, st)
-		}
-		snap, err := a.persist(ctx, s)
-		if err != nil {
-			return outcome{}, err
-		}
-		r := commands.SnapshotResult{Snapshot: snap}
-		return outcome{result: r, data: r}, nil
-	})
-}
-
-func (a *Agent) opHydrate(ctx context.Context, m *nats.Msg, s *session) {
-	var args commands.HydrateArgs
-	req, ok := a.decode(m, &args)
-	if !ok {
-		return
-	}
-	a.run(ctx, m, s, req, commands.OpHydrate, args, func(ctx context.Context) (outcome, error) {
-		if st := s.getStatus(); st != projection.StatusRunning {
-			return outcome{}, errcode.New(errcode.InvalidState, "session %s is %s; hydrate needs it running", s.id, st)
-		}
-		st, err := a.restore(ctx, s, s.sandbox(), args.SnapshotID, args.Upload)
-		if err != nil {
-			return outcome{}, err
-		}
-		if args.Upload != "" {
-			if store, err := a.workspaces(ctx); err == nil {
-				_ = store.Delete(context.WithoutCancel(ctx), args.Upload)
-			}
-		}
-		r := commands.HydrateResult{Members: st.Members, Bytes: st.Bytes}
-		return outcome{result: r, data: r}, nil
-	})
-}
-
-// resumeData is the resume finish event's data: where the session runs
-// now and whether its workspace was restored.
-type resumeData struct {
-	Status     projection.Status `json:"status"`
-	Node       string            `json:"node"`
-	Epoch      uint64            `json:"epoch"`
-	Restored   bool              `json:"restored"`
-	SnapshotID string            `json:"snapshot_id,omitempty"`
-}
-
-// opResume brings a session this node holds back: a running or stopped
-// sandbox is started and, unless its workspace still has the last
-// snapshot's fingerprint, restored from it; a shut down one is created
-// afresh at the next epoch and restored from the last snapshot.
-func (a *Agent) opResume(ctx context.Context, m *nats.Msg, s *session) {
-	var args commands.ResumeArgs
-	req, ok := a.decode(m, &args)
-	if !ok {
-		return
-	}
-	a.run(ctx, m, s, req, commands.OpResume, nil, func(ctx context.Context) (outcome, error) {
-		snap := s.snapshot()
-		d := resumeData{Status: projection.StatusRunning, Node: a.cfg.ID, Epoch: s.getEpoch()}
-		if snap != nil {
-			d.SnapshotID = snap.ID
-		}
-		switch s.getStatus() {
-		case projection.StatusRunning, projection.StatusStopped:
-			sb := s.sandbox()
-			if err := sb.Start(ctx); err != nil {
-				return outcome{}, err
-			}
-			if snap != nil {
-				fp, err := fingerprint(ctx, sb, ephemeralSkip(s.ephemeral))
-				if err != nil {
-					return outcome{}, err
-				}
-				if fp != snap.SHA256 {
-					if _, err := a.restore(ctx, s, sb, snap.ID, ""); err != nil {
-						return outcome{}, err
-					}
-					d.Restored = true
-				}
-			}
-		case projection.StatusShutDown:
-			if snap == nil {
-				return outcome{}, errcode.New(errcode.InvalidState, "session %s is shut down and has no snapshot to resume from", s.id)
-			}
-			sb, err := a.recreate(ctx, s, args.SecretEnv)
-			if err != nil {
-				return outcome{}, err
-			}
-			if _, err := a.restore(ctx, s, sb, snap.ID, ""); err != nil {
-				_ = sb.Shutdown(context.WithoutCancel(ctx))
-				return outcome{}, err
-			}
-			d.Epoch, d.Restored = d.Epoch+1, true
-			s.mu.Lock()
-			s.sb, s.epoch = sb, d.Epoch
-			s.mu.Unlock()
-		default:
-			return outcome{}, errcode.New(errcode.InvalidState, "session %s is %s", s.id, s.getStatus())
-		}
-		s.setStatus(projection.StatusRunning)
-		r := commands.ResumeResult{Status: string(d.Status), Node: d.Node, Epoch: d.Epoch, Restored: d.Restored, SnapshotID: d.SnapshotID}
-		return outcome{result: r, data: d}, nil
-	})
-}
-
-// recreate makes a fresh sandbox for s at the next epoch, from the spec it
-// was created with; secretEnv, when given, replaces the secret values.
-func (a *Agent) recreate(ctx context.Context, s *session, secretEnv map[string]string) (runtime.Sandbox, error) {
-	rt, ok := a.runtimes[s.runtime]
-	if !ok {
-		return nil, errcode.New(errcode.NoCapacity, "node %s has no %s runtime", a.cfg.ID, s.runtime)
-	}
-	s.mu.Lock()
-	spec := s.spec
-	s.mu.Unlock()
-	spec.Epoch++
-	if secretEnv != nil {
-		env := map[string]string{}
-		for k, v := range spec.Env {
-			env[k] = v
-		}
-		for k, v := range secretEnv {
-			env[k] = v
-		}
-		spec.Env = env
-	}
-	sb, err := rt.Create(ctx, spec)
+	snap, err := a.persist(ctx, s)
 	if err != nil {
-		return nil, fmt.Errorf("recreate sandbox: %w", err)
+		return outcome{}, err
 	}
-	s.mu.Lock()
-	s.spec = spec
-	s.mu.Unlock()
-	return sb, nil
+	return outcome{result: commands.SnapshotResult{Snapshot: snap}, data: events.SnapshotFinish{Snapshot: snap}}, nil
+}
+
+func hydrateStart(_ *Agent, _ *session, args *commands.HydrateArgs) any {
+	return events.HydrateStart{SnapshotID: args.SnapshotID, Upload: args.Upload}
+}
+
+// runHydrate replaces the workspace with a snapshot or an upload, all or
+// nothing (see restore).
+func runHydrate(ctx context.Context, a *Agent, s *session, args *commands.HydrateArgs) (outcome, error) {
+	if err := requireStatus(s, commands.OpHydrate, projection.StatusRunning); err != nil {
+		return outcome{}, err
+	}
+	st, err := a.restore(ctx, s, s.sandbox(), args.SnapshotID, args.Upload)
+	if err != nil {
+		return outcome{}, err
+	}
+	if args.Upload != "" {
+		if store, err := a.workspaces(ctx); err == nil {
+			_ = store.Delete(context.WithoutCancel(ctx), args.Upload)
+		}
+	}
+	r := commands.HydrateResult{Members: st.Members, Bytes: st.Bytes}
+	return outcome{result: r, data: events.HydrateFinish{Members: r.Members, Bytes: r.Bytes}}, nil
 }

@@ -155,7 +155,7 @@ func TestResumeOnAnotherNode(t *testing.T) {
 			startAgent(t, st, nodes.Config{ID: nodeB}, k.make(t, nodeB))
 			testenv.Eventually(t, 30*time.Second, func() error {
 				for _, n := range st.Scheduler.Nodes() {
-					if n.ID == nodeB {
+					if n.Node == nodeB {
 						return nil
 					}
 				}

@@ -46,14 +46,6 @@ type Node struct {
 	UpdatedAt    time.Time         `json:"updated_at"`
 }
 
-// nodeInfo is the part of a registered event's data (the node's
-// advertisement) the projection reads.
-type nodeInfo struct {
-	Runtimes []string          `json:"runtimes"`
-	Capacity int               `json:"capacity"`
-	Labels   map[string]string `json:"labels"`
-}
-
 // ApplyNode returns n with ev applied. A zero n is a node with no events.
 // A node may register again from any status (it restarted); draining
 // follows up, lost follows up or draining, stopped follows anything. On an
@@ -72,7 +64,7 @@ func ApplyNode(n Node, ev events.NodeEvent) (Node, error) {
 	next := n
 	switch ev.Kind {
 	case KindRegistered:
-		var d nodeInfo
+		var d events.NodeInfo
 		if len(ev.Data) > 0 {
 			_ = json.Unmarshal(ev.Data, &d) // best effort: details only
 		}

@@ -208,3 +208,24 @@ func decoded(m events.Msg, ref events.Ref) Decoded {
 	d.Ref, d.RefOK = ref, true
 	return d
 }
+
+// TestTakeSetsAsideUnknownVersions: an event of a schema version this
+// code does not know is a problem, not a guess: the state stays as it
+// was and the session's later events are seq gaps.
+func TestTakeSetsAsideUnknownVersions(t *testing.T) {
+	h := new(history).op("create", true).op("exec", true)
+	var r SessionRecord
+	for i, ev := range h.evs {
+		if i == 2 {
+			ev.Version = events.Version + 1
+		}
+		m, ref := msgOf(t, uint64(i+1), ev)
+		r, _ = r.Take(decoded(m, ref))
+	}
+	if r.ProblemCount == 0 || r.Problems[0].Kind != ProblemVersion || r.Problems[0].StreamSeq != 3 {
+		t.Fatalf("problems = %+v, want unsupported_version at stream seq 3 first", r.Problems)
+	}
+	if r.LastSeq != 2 || r.Status != StatusRunning {
+		t.Fatalf("record = %+v, want the state before the unknown event", r.Session)
+	}
+}

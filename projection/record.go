@@ -17,6 +17,7 @@ type ProblemKind string
 // are Apply's *Error kinds.
 const (
 	ProblemUndecodable        ProblemKind = "undecodable"
+	ProblemVersion            ProblemKind = "unsupported_version"
 	ProblemSubject            ProblemKind = "subject_mismatch"
 	ProblemSeqGap             ProblemKind = "seq_gap"
 	ProblemFinishOrphan       ProblemKind = "finish_orphan"
@@ -43,6 +44,15 @@ func (p Problem) String() string {
 		return fmt.Sprintf("stream seq %d (seq %d): %s: %s", p.StreamSeq, p.Seq, p.Kind, p.Detail)
 	}
 	return fmt.Sprintf("stream seq %d: %s: %s", p.StreamSeq, p.Kind, p.Detail)
+}
+
+// problemKindOfDecode says whether an event did not decode or is of a
+// version this reader does not know.
+func problemKindOfDecode(err error) ProblemKind {
+	if errors.Is(err, events.ErrUnsupportedVersion) {
+		return ProblemVersion
+	}
+	return ProblemUndecodable
 }
 
 // kindOf maps an Apply error to its problem kind.
@@ -125,6 +135,7 @@ type Decoded struct {
 // sessionBody is the part of a session event the fold reads: decoding
 // only these fields halves the cost of a rebuild.
 type sessionBody struct {
+	Version      int             `json:"version"`
 	TS           time.Time       `json:"ts"`
 	Tenant       string          `json:"tenant"`
 	SessionID    string          `json:"session_id"`
@@ -149,12 +160,15 @@ func Decode(subj events.Subjects, m events.Msg) Decoded {
 		var b sessionBody
 		if d.Err = json.Unmarshal(m.Data, &b); d.Err == nil {
 			d.Session = events.Event{
-				TS: b.TS, Tenant: b.Tenant, SessionID: b.SessionID, Seq: b.Seq, Op: b.Op, Phase: b.Phase,
+				Version: b.Version, TS: b.TS, Tenant: b.Tenant, SessionID: b.SessionID, Seq: b.Seq, Op: b.Op, Phase: b.Phase,
 				SpanID: b.SpanID, Node: b.Node, Data: b.Data, OK: b.OK, ErrorCode: b.ErrorCode, ErrorMessage: b.ErrorMessage,
 			}
+			d.Err = d.Session.CheckVersion()
 		}
 	default:
-		d.Err = json.Unmarshal(m.Data, &d.Node)
+		if d.Err = json.Unmarshal(m.Data, &d.Node); d.Err == nil {
+			d.Err = d.Node.CheckVersion()
+		}
 	}
 	return d
 }
@@ -174,7 +188,7 @@ func (r SessionRecord) Take(d Decoded) (SessionRecord, bool) {
 		r.Tenant, r.ID = ref.Tenant, ref.Session
 	}
 	if d.Err != nil {
-		r.add(Problem{StreamSeq: m.StreamSeq, Kind: ProblemUndecodable, Detail: d.Err.Error()})
+		r.add(Problem{StreamSeq: m.StreamSeq, Kind: problemKindOfDecode(d.Err), Detail: d.Err.Error()})
 		return r, true
 	}
 	ev := d.Session
@@ -208,7 +222,7 @@ func (r NodeRecord) Take(d Decoded) (NodeRecord, bool) {
 	}
 	r.StreamSeq = m.StreamSeq
 	if d.Err != nil {
-		r.add(Problem{StreamSeq: m.StreamSeq, Kind: ProblemUndecodable, Detail: d.Err.Error()})
+		r.add(Problem{StreamSeq: m.StreamSeq, Kind: problemKindOfDecode(d.Err), Detail: d.Err.Error()})
 		return r, true
 	}
 	ev := d.Node

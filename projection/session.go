@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/events"
 )
 
@@ -57,9 +58,10 @@ type Op struct {
 
 // Snapshot names a workspace snapshot in the object store.
 type Snapshot struct {
-	ID     string `json:"snapshot_id,omitempty"`
-	Name   string `json:"name"`
-	Digest string `json:"digest,omitempty"`
+	ID   string `json:"snapshot_id,omitempty"`
+	Name string `json:"name"`
+	// SHA256 is the workspace's fingerprint (the tar's sha256).
+	SHA256 string `json:"sha256,omitempty"`
 	Size   int64  `json:"size,omitempty"`
 }
 
@@ -103,21 +105,16 @@ func (e *Error) Error() string {
 // Unwrap returns the kind.
 func (e *Error) Unwrap() error { return e.Kind }
 
-type createData struct {
-	Runtime string            `json:"runtime"`
-	Image   string            `json:"image"`
-	Labels  map[string]string `json:"labels"`
-	Epoch   uint64            `json:"epoch"`
-}
-
-// finishData is the part of a finish event's data the projection reads:
-// a runtime's sandbox id, a snapshot (persist, stop), a new placement
-// (resume).
+// finishData is the part of a finish event's data the projection reads,
+// by the field names of the events package's data types: a runtime's
+// sandbox id (events.StatusFinish, events.ResumeFinish), a snapshot
+// (events.SnapshotFinish), a new placement (events.ResumeFinish). One
+// decode serves every op.
 type finishData struct {
-	ContainerID string    `json:"container_id"`
-	Snapshot    *Snapshot `json:"snapshot"`
-	Node        string    `json:"node"`
-	Epoch       uint64    `json:"epoch"`
+	ContainerID string             `json:"container_id"`
+	Snapshot    *commands.Snapshot `json:"snapshot"`
+	Node        string             `json:"node"`
+	Epoch       uint64             `json:"epoch"`
 }
 
 // Apply returns s with ev applied. A zero s is a session with no events.
@@ -151,10 +148,7 @@ func Apply(s Session, ev events.Event) (Session, error) {
 		}
 		next.InFlight[ev.SpanID] = Op{Op: ev.Op, Seq: ev.Seq, Started: ev.TS}
 		if ev.Op == "create" {
-			var d createData
-			if len(ev.Data) > 0 {
-				_ = json.Unmarshal(ev.Data, &d) // best effort: details only
-			}
+			d, _ := events.DecodeData[events.CreateStart](ev) // best effort: details only
 			next.Tenant, next.ID, next.Node = ev.Tenant, ev.SessionID, ev.Node
 			next.Runtime, next.Image, next.Labels, next.Epoch = d.Runtime, d.Image, d.Labels, d.Epoch
 			next.Status, next.CreatedAt = StatusCreating, ev.TS
@@ -165,7 +159,9 @@ func Apply(s Session, ev events.Event) (Session, error) {
 			return fail(ErrFinishOrphan, "%s finish for span %s", ev.Op, ev.SpanID)
 		}
 		delete(next.InFlight, ev.SpanID)
-		succeeded := ev.OK != nil && *ev.OK
+		// An exec whose command exited non-zero finishes with ok false,
+		// its exit code and no error code: it ran, it did not fail.
+		succeeded := (ev.OK != nil && *ev.OK) || (ev.Op == "exec" && ev.ErrorCode == "" && ev.ExitCode != nil)
 		if succeeded {
 			var d finishData
 			if len(ev.Data) > 0 {
@@ -174,9 +170,8 @@ func Apply(s Session, ev events.Event) (Session, error) {
 			if d.ContainerID != "" {
 				next.ContainerID = d.ContainerID
 			}
-			if d.Snapshot != nil && d.Snapshot.Name != "" {
-				snap := *d.Snapshot
-				next.LastSnapshot = &snap
+			if sn := d.Snapshot; sn != nil && sn.Name != "" {
+				next.LastSnapshot = &Snapshot{ID: sn.ID, Name: sn.Name, SHA256: sn.SHA256, Size: sn.Size}
 			}
 			if ev.Op == "resume" && d.Node != "" {
 				next.Node, next.Epoch = d.Node, d.Epoch

@@ -18,11 +18,11 @@ func (h *history) op(op string, ok bool) *history {
 	h.n++
 	span := op + string(rune('a'+h.n))
 	ts := time.Unix(int64(len(h.evs)), 0).UTC()
-	start := events.Event{Tenant: "t", SessionID: "s", Seq: uint64(len(h.evs) + 1), Op: op, Phase: events.PhaseStart, SpanID: span, Node: "n1", TS: ts}
+	start := events.Event{Version: events.Version, Tenant: "t", SessionID: "s", Seq: uint64(len(h.evs) + 1), Op: op, Phase: events.PhaseStart, SpanID: span, Node: "n1", TS: ts}
 	if op == "create" {
 		start.Data = json.RawMessage(`{"runtime":"local","epoch":1}`)
 	}
-	fin := events.Event{Tenant: "t", SessionID: "s", Seq: uint64(len(h.evs) + 2), Op: op, Phase: events.PhaseFinish, SpanID: span, OK: &ok, TS: ts}
+	fin := events.Event{Version: events.Version, Tenant: "t", SessionID: "s", Seq: uint64(len(h.evs) + 2), Op: op, Phase: events.PhaseFinish, SpanID: span, OK: &ok, TS: ts}
 	h.evs = append(h.evs, start, fin)
 	return h
 }

@@ -8,15 +8,17 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
-	"github.com/paddock-dev/paddock/projection"
 )
 
 // QueueGroup is the queue group schedulers share.
@@ -77,7 +79,12 @@ type Scheduler struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex // guards the fields below
+	stats struct {
+		projected, folds atomic.Int64 // session reads answered from KV, from a fold
+	}
+
+	mu      sync.Mutex         // guards the fields below
+	kv      jetstream.KeyValue // the sessions projection, once opened
 	nodes   map[string]nodeRecord
 	changed chan struct{} // closed and replaced on every heartbeat
 	subs    []*nats.Subscription
@@ -173,15 +180,22 @@ func (s *Scheduler) async(h func(ctx context.Context, m *nats.Msg)) nats.MsgHand
 
 func (s *Scheduler) handleHeartbeat(m *nats.Msg) {
 	var info nodes.Info
-	if err := json.Unmarshal(m.Data, &info); err != nil || commands.CheckToken("node", info.ID) != nil {
+	if err := json.Unmarshal(m.Data, &info); err != nil || commands.CheckToken("node", info.Node) != nil {
 		s.logger.Warn("bad heartbeat", "subject", m.Subject)
 		return
 	}
 	s.mu.Lock()
-	s.nodes[info.ID] = nodeRecord{info: info, lastSeen: time.Now()}
+	s.nodes[info.Node] = nodeRecord{info: info, lastSeen: time.Now()}
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
+}
+
+// Reads says how many session reads (lookups, resumes) the sessions
+// projection answered and how many needed a fold of the session's events
+// because the projection lagged behind them or was not there.
+func (s *Scheduler) Reads() (projected, folded int64) {
+	return s.stats.projected.Load(), s.stats.folds.Load()
 }
 
 // Nodes returns the nodes the scheduler counts as up, sorted by id.
@@ -194,7 +208,7 @@ func (s *Scheduler) Nodes() []nodes.Info {
 			out = append(out, r.info)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
 }
 
@@ -203,7 +217,7 @@ func (s *Scheduler) pick(runtime string, tried map[string]bool) (nodes.Info, boo
 	var best nodes.Info
 	found := false
 	for _, n := range s.Nodes() {
-		if tried[n.ID] || n.Sessions >= n.Capacity {
+		if tried[n.Node] || n.Sessions >= n.Capacity {
 			continue
 		}
 		if runtime != "" && !contains(n.Runtimes, runtime) {
@@ -284,15 +298,27 @@ func (s *Scheduler) handleCreate(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	id := spec.SessionID
-	if id == "" {
+	switch {
+	case id != "":
+	case req.CommandID != "":
+		// A retry of this create, through any scheduler, names the same
+		// session: the node finds the first attempt instead of making a
+		// second sandbox.
+		id = commands.SessionIDFor(tenant, req.CommandID)
+	default:
 		id = uuid.NewString()
 	}
 	spec.SessionID = ""
-	args, _ := json.Marshal(commands.Placement{Tenant: tenant, SessionID: id, Spec: spec})
-	req.Args = args
-	body, _ := json.Marshal(req)
+	s.respond(m, s.place(ctx, spec.Runtime, "create", forward(req, commands.Placement{Tenant: tenant, SessionID: id, Spec: spec})))
+}
 
-	s.respond(m, s.place(ctx, spec.Runtime, "create", body))
+// forward re-encodes req with args for a node: the scheduler speaks its
+// own contract version to the node, whatever the client spoke.
+func forward(req commands.Request, args any) []byte {
+	req.Version = commands.Version
+	req.Args, _ = json.Marshal(args)
+	body, _ := json.Marshal(req)
+	return body
 }
 
 // place sends body to the node op subject of a node that is up with the
@@ -309,16 +335,16 @@ func (s *Scheduler) place(ctx context.Context, runtime, op string, body []byte) 
 			}
 			return commands.ErrorReply(errcode.New(errcode.NoCapacity, "no node is up with %s and room for a session", what))
 		}
-		tried[n.ID] = true
+		tried[n.Node] = true
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.ForwardTimeout)
-		reply, err := s.nc.RequestWithContext(fctx, s.subj.Node(n.ID, op), body)
+		reply, err := s.nc.RequestWithContext(fctx, s.subj.Node(n.Node, op), body)
 		cancel()
 		if errors.Is(err, nats.ErrNoResponders) {
-			s.forgetNode(n.ID) // the node is gone; try another
+			s.forgetNode(n.Node) // the node is gone; try another
 			continue
 		}
 		if err != nil {
-			return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "forward "+op+" to node "+n.ID))
+			return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "forward "+op+" to node "+n.Node))
 		}
 		return reply.Data
 	}
@@ -332,20 +358,9 @@ func (s *Scheduler) forgetNode(id string) {
 }
 
 func (s *Scheduler) handleLookup(ctx context.Context, m *nats.Msg) {
-	tenant, ok := s.subj.ParseTenant(m.Subject)
-	if !ok {
-		return
-	}
 	var args commands.LookupArgs
-	_, err := commands.DecodeRequest(m.Data, &args)
-	if err == nil {
-		err = commands.CheckToken("tenant", tenant)
-	}
-	if err == nil {
-		err = commands.CheckToken("session_id", args.SessionID)
-	}
-	if err != nil {
-		s.respond(m, commands.ErrorReply(err))
+	tenant, _, ok := s.decodeTenant(m, &args)
+	if !ok {
 		return
 	}
 	res, err := s.Lookup(ctx, tenant, args.SessionID)
@@ -361,22 +376,12 @@ func (s *Scheduler) handleLookup(ctx context.Context, m *nats.Msg) {
 	s.respond(m, b)
 }
 
-// Lookup folds a session's events and reports its status and node. A
-// session with no events, or deleted, is session_not_found.
+// Lookup reports a session's status and node. A session with no events,
+// or deleted, is session_not_found.
 func (s *Scheduler) Lookup(ctx context.Context, tenant, session string) (commands.LookupResult, error) {
-	evs, err := s.log.Session(ctx, tenant, session)
+	st, err := s.session(ctx, tenant, session)
 	if err != nil {
 		return commands.LookupResult{}, err
-	}
-	if len(evs) == 0 {
-		return commands.LookupResult{}, errcode.New(errcode.SessionNotFound, "session %s does not exist", session)
-	}
-	st, err := projection.Fold(evs)
-	if err != nil {
-		s.logger.Warn("session history does not fold", "tenant", tenant, "session", session, "err", err)
-	}
-	if st.Status == projection.StatusDeleted {
-		return commands.LookupResult{}, errcode.New(errcode.SessionNotFound, "session %s was deleted", session)
 	}
 	return commands.LookupResult{Status: string(st.Status), Node: st.Node}, nil
 }

@@ -123,7 +123,7 @@ func TestSIGKILLReattach(t *testing.T) {
 	waitNode := func() {
 		testenv.Eventually(t, 30*time.Second, func() error {
 			for _, n := range st.Scheduler.Nodes() {
-				if n.ID == node && n.Status == "up" {
+				if n.Node == node && n.Status == "up" {
 					return nil
 				}
 			}

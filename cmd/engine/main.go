@@ -30,7 +30,7 @@ Usage:
   engine sandbox write ID PATH                 content from stdin
   engine sandbox read ID PATH                  content to stdout
   engine sandbox ls ID [PATH] [--json]
-  engine sandbox rm ID PATH [-r]
+  engine sandbox rm ID PATH [-r] [-f]
   engine sandbox mkdir ID PATH [-p]
   engine sandbox running ID
   engine sandbox start|stop|shutdown|delete ID

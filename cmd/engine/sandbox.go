@@ -57,6 +57,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		timeout   time.Duration
 		cwd       string
 		recursive bool
+		force     bool
 		parents   bool
 		mode      uint
 	)
@@ -81,6 +82,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		fs.BoolVar(jsonOut, "json", false, "print entries as JSON")
 	case "rm":
 		fs.BoolVar(&recursive, "r", false, "remove directories and their contents")
+		fs.BoolVar(&force, "f", false, "a missing path is no error")
 	case "mkdir":
 		fs.BoolVar(&parents, "p", false, "make parent directories as needed; no error if it exists")
 	case "read", "running", "start", "stop", "shutdown", "delete":
@@ -138,8 +140,16 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		if err != nil {
 			return err
 		}
-		_, _ = stdout.Write(res.Stdout)
-		_, _ = stderr.Write(res.Stderr)
+		out, err := res.StdoutBytesKept()
+		if err != nil {
+			return err
+		}
+		errOut, err := res.StderrBytesKept()
+		if err != nil {
+			return err
+		}
+		_, _ = stdout.Write(out)
+		_, _ = stderr.Write(errOut)
 		if res.StdoutTruncated || res.StderrTruncated {
 			fmt.Fprintf(stderr, "paddock: output truncated (stdout %d bytes, stderr %d bytes in all)\n", res.StdoutBytes, res.StderrBytes)
 		}
@@ -173,7 +183,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		}
 		return tw.Flush()
 	case "rm":
-		return c.Remove(ctx, pos[0], pos[1], recursive)
+		return c.Remove(ctx, pos[0], pos[1], recursive, force)
 	case "mkdir":
 		return c.Mkdir(ctx, pos[0], pos[1], parents)
 	case "running":

@@ -108,7 +108,7 @@ func printRecord(w io.Writer, r projection.SessionRecord) error {
 		row("labels", strings.Join(kv, " "))
 	}
 	if s := r.LastSnapshot; s != nil {
-		row("last snapshot", fmt.Sprintf("%s (%d bytes, sha256 %s)", s.Name, s.Size, s.Digest))
+		row("last snapshot", fmt.Sprintf("%s (%d bytes, sha256 %s)", s.Name, s.Size, s.SHA256))
 	}
 	if e := r.LastError; e != nil {
 		row("last error", fmt.Sprintf("%s at seq %d: %s: %s", e.Op, e.Seq, e.Code, e.Message))

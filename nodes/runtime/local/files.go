@@ -169,6 +169,60 @@ func (s *Sandbox) List(ctx context.Context, p string) ([]commands.Entry, error) 
 	return out, nil
 }
 
+// ListPage returns one page of a directory's entries: those named after
+// after (byte order), at most limit, and whether more follow. It reads
+// the directory's names and stats only the page's entries, so paging
+// through a large directory costs one read of its names per page, not one
+// stat of every entry. A file lists itself on the first page.
+func (s *Sandbox) ListPage(ctx context.Context, p, after string, limit int) ([]commands.Entry, bool, error) {
+	root, rel, err := s.resolve(p)
+	if err != nil {
+		return nil, false, err
+	}
+	fi, err := root.Stat(rel)
+	if err != nil {
+		return nil, false, s.fsErr(err, rel, "ls")
+	}
+	if !fi.IsDir() {
+		lfi, err := root.Lstat(rel)
+		if err != nil {
+			return nil, false, s.fsErr(err, rel, "ls")
+		}
+		if after != "" && lfi.Name() <= after {
+			return nil, false, nil
+		}
+		return []commands.Entry{entry(lfi)}, false, nil
+	}
+	d, err := root.Open(rel)
+	if err != nil {
+		return nil, false, s.fsErr(err, rel, "ls")
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, false, s.fsErr(err, rel, "ls")
+	}
+	slices.Sort(names)
+	from, _ := slices.BinarySearch(names, after)
+	if from < len(names) && names[from] == after {
+		from++
+	}
+	out := make([]commands.Entry, 0, min(limit, len(names)-from))
+	more := false
+	for _, name := range names[from:] {
+		if len(out) == limit {
+			more = true
+			break
+		}
+		info, err := root.Lstat(path.Join(rel, name))
+		if err != nil {
+			continue // removed while listing
+		}
+		out = append(out, entry(info))
+	}
+	return out, more, nil
+}
+
 func entry(fi fs.FileInfo) commands.Entry {
 	typ := "other"
 	switch m := fi.Mode(); {

@@ -3,9 +3,11 @@ package local_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -363,5 +365,48 @@ func TestExecCancelled(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Exec did not return after cancel")
+	}
+}
+
+// TestListPage pages through a directory: every entry once, in order,
+// each page at most the limit, and a file lists itself on the first page.
+func TestListPage(t *testing.T) {
+	rt := newRuntime(t)
+	sbi, session := create(t, rt, nil)
+	sb := sbi.(*local.Sandbox)
+	ctx := t.Context()
+	dir := filepath.Join(rt.WorkspaceDir("t", session), "d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 25; i++ {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var names []string
+	after := ""
+	for pages := 0; ; pages++ {
+		page, more, err := sb.ListPage(ctx, "d", after, 10)
+		if err != nil || len(page) > 10 || pages > 3 {
+			t.Fatalf("page %d: %d entries, %v", pages, len(page), err)
+		}
+		for _, e := range page {
+			names = append(names, e.Name)
+		}
+		if !more {
+			break
+		}
+		after = page[len(page)-1].Name
+	}
+	if len(names) != 25 || names[0] != "f00" || names[24] != "f24" || !sort.StringsAreSorted(names) {
+		t.Fatalf("names = %v, want f00..f24 in order", names)
+	}
+	page, more, err := sb.ListPage(ctx, "d/f03", "", 10)
+	if err != nil || more || len(page) != 1 || page[0].Name != "f03" {
+		t.Fatalf("a file's page = %+v %v %v, want itself", page, more, err)
+	}
+	if _, _, err := sb.ListPage(ctx, "../x", "", 10); errcode.Of(err) != errcode.InvalidPath {
+		t.Fatalf("outside: got %v, want invalid_path", err)
 	}
 }

@@ -1,0 +1,269 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/paddock-dev/paddock/commands"
+)
+
+// The data payloads of session events, one type per op and phase (see
+// NewData). The node writes them; the projection, replay, adoption and
+// the docs read them through these same types. Within a major event
+// Version they only gain optional fields.
+
+// CreateStart is a create's start data: the spec, without secret values
+// or manifest content.
+type CreateStart struct {
+	Runtime string            `json:"runtime"`
+	Image   string            `json:"image,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// SecretEnvKeys names the secret variables; their values are never
+	// recorded.
+	SecretEnvKeys []string          `json:"secret_env_keys,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	CPUs          float64           `json:"cpus,omitempty"`
+	MemoryBytes   int64             `json:"memory_bytes,omitempty"`
+	WorkspaceRoot string            `json:"workspace_root"`
+	Network       bool              `json:"network,omitempty"`
+	User          string            `json:"user,omitempty"`
+	PidsLimit     int64             `json:"pids_limit,omitempty"`
+	Manifest      []ManifestRecord  `json:"manifest,omitempty"`
+	// Epoch is the placement's epoch: 1 at create, one more at each
+	// re-creation (resume of a shut-down or lost session).
+	Epoch uint64 `json:"epoch"`
+}
+
+// ManifestRecord is a manifest entry as the create event records it:
+// without its content.
+type ManifestRecord struct {
+	Path      string `json:"path"`
+	Dir       bool   `json:"dir,omitempty"`
+	Size      int    `json:"size,omitempty"`
+	SHA256    string `json:"sha256,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	Ephemeral bool   `json:"ephemeral,omitempty"`
+}
+
+// StatusFinish is the finish data of create, start, shutdown and delete:
+// the session's status after the op, and the runtime's id of its sandbox
+// when the op made one.
+type StatusFinish struct {
+	Status      string `json:"status"`
+	ContainerID string `json:"container_id,omitempty"`
+}
+
+// ExecStart is an exec's start data. Argv has secret values redacted;
+// env values are not recorded, only their names.
+type ExecStart struct {
+	Argv      []string `json:"argv"`
+	Cwd       string   `json:"cwd,omitempty"`
+	TimeoutMS int64    `json:"timeout_ms"`
+	EnvKeys   []string `json:"env_keys,omitempty"`
+	User      string   `json:"user,omitempty"`
+}
+
+// ExecFinish is an exec's finish data; the exit code is the event's own
+// exit_code field, and the output (when the capture policy keeps it) its
+// stdout and stderr fields.
+type ExecFinish struct {
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+}
+
+// PathStart is the start data of read: the path as the client gave it.
+type PathStart struct {
+	Path string `json:"path"`
+}
+
+// ReadFinish is a read's finish data: what was read, never the content.
+type ReadFinish struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// WriteStart is a write's start data: the target and what the client said
+// it sends (an upload's digest is known only at the finish).
+type WriteStart struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
+	Mode   uint32 `json:"mode"`
+	Upload bool   `json:"upload,omitempty"`
+}
+
+// WriteFinish is a write's finish data: what was written.
+type WriteFinish struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// LsStart is an ls's start data.
+type LsStart struct {
+	Path  string `json:"path"`
+	Limit int    `json:"limit,omitempty"`
+	After string `json:"after,omitempty"`
+}
+
+// LsFinish is an ls's finish data: how many entries the page held and
+// whether more follow.
+type LsFinish struct {
+	Entries int  `json:"entries"`
+	More    bool `json:"more,omitempty"`
+}
+
+// RmStart is an rm's start data.
+type RmStart struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+	Force     bool   `json:"force,omitempty"`
+}
+
+// RmFinish is an rm's finish data: whether anything was there to remove
+// (false only with force).
+type RmFinish struct {
+	Removed bool `json:"removed"`
+}
+
+// MkdirStart is a mkdir's start data.
+type MkdirStart struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// RunningFinish is running's finish data.
+type RunningFinish struct {
+	Running bool `json:"running"`
+}
+
+// SnapshotFinish is the finish data of persist and stop (which persists
+// first): the snapshot made, and stop's status.
+type SnapshotFinish struct {
+	Status   string             `json:"status,omitempty"`
+	Snapshot *commands.Snapshot `json:"snapshot,omitempty"`
+}
+
+// HydrateStart is a hydrate's start data: a snapshot of the session or an
+// upload (exactly one).
+type HydrateStart struct {
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	Upload     string `json:"upload,omitempty"`
+}
+
+// HydrateFinish is a hydrate's finish data: what the workspace now holds.
+type HydrateFinish struct {
+	Members int   `json:"members"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// ResumeStart is a resume's start data: the names of the secret variables
+// given again (never their values), and whether the scheduler placed it
+// on this node because no node served the session.
+type ResumeStart struct {
+	SecretEnvKeys []string `json:"secret_env_keys,omitempty"`
+	Placed        bool     `json:"placed,omitempty"`
+}
+
+// ResumeFinish is a resume's finish data: where the session runs now,
+// at which epoch, and whether its workspace was restored.
+type ResumeFinish struct {
+	Status      string `json:"status"`
+	Node        string `json:"node"`
+	Epoch       uint64 `json:"epoch"`
+	Restored    bool   `json:"restored"`
+	SnapshotID  string `json:"snapshot_id,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
+}
+
+// NodeInfo is what a node advertises: the data of its registered event
+// and the body of its heartbeats.
+type NodeInfo struct {
+	Node     string            `json:"node"`
+	Runtimes []string          `json:"runtimes"`
+	Capacity int               `json:"capacity"`
+	Sessions int               `json:"sessions"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// Status is up or draining.
+	Status string    `json:"status"`
+	TS     time.Time `json:"ts"`
+}
+
+// NewData returns a pointer to a new value of the data type of op's
+// events in phase, or nil when that phase carries no data (the start of
+// running and of the lifecycle ops, the finish of mkdir).
+func NewData(op string, phase Phase) any {
+	start := phase == PhaseStart
+	switch commands.Op(op) {
+	case commands.OpCreate:
+		if start {
+			return new(CreateStart)
+		}
+		return new(StatusFinish)
+	case commands.OpExec:
+		if start {
+			return new(ExecStart)
+		}
+		return new(ExecFinish)
+	case commands.OpRead:
+		if start {
+			return new(PathStart)
+		}
+		return new(ReadFinish)
+	case commands.OpWrite:
+		if start {
+			return new(WriteStart)
+		}
+		return new(WriteFinish)
+	case commands.OpLs:
+		if start {
+			return new(LsStart)
+		}
+		return new(LsFinish)
+	case commands.OpRm:
+		if start {
+			return new(RmStart)
+		}
+		return new(RmFinish)
+	case commands.OpMkdir:
+		if start {
+			return new(MkdirStart)
+		}
+	case commands.OpRunning:
+		if !start {
+			return new(RunningFinish)
+		}
+	case commands.OpStart, commands.OpShutdown, commands.OpDelete:
+		if !start {
+			return new(StatusFinish)
+		}
+	case commands.OpStop, commands.OpPersist:
+		if !start {
+			return new(SnapshotFinish)
+		}
+	case commands.OpHydrate:
+		if start {
+			return new(HydrateStart)
+		}
+		return new(HydrateFinish)
+	case commands.OpResume:
+		if start {
+			return new(ResumeStart)
+		}
+		return new(ResumeFinish)
+	}
+	return nil
+}
+
+// DecodeData decodes ev's data into a T. Empty data decodes as T's zero
+// value.
+func DecodeData[T any](ev Event) (T, error) {
+	var v T
+	if len(ev.Data) == 0 || string(ev.Data) == "null" {
+		return v, nil
+	}
+	if err := json.Unmarshal(ev.Data, &v); err != nil {
+		return v, fmt.Errorf("decode %s %s data at seq %d: %w", ev.Op, ev.Phase, ev.Seq, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,225 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/projection"
+)
+
+// createRetryWait bounds how long a retried create waits for the first
+// attempt (on this node or another) to finish.
+const createRetryWait = 2 * time.Minute
+
+// handleCreate serves a placement the scheduler sent to this node: it
+// records the create, makes the sandbox, materialises the manifest and
+// serves the session's subject from then on.
+func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
+	var p commands.Placement
+	req, err := commands.DecodeRequest(m.Data, &p)
+	if err == nil {
+		err = validatePlacement(&p)
+	}
+	if err != nil {
+		a.respond(m, commands.ErrorReply(err))
+		return
+	}
+	a.respond(m, a.create(ctx, req, p))
+}
+
+func validatePlacement(p *commands.Placement) error {
+	if err := commands.CheckToken("tenant", p.Tenant); err != nil {
+		return err
+	}
+	if err := commands.CheckToken("session_id", p.SessionID); err != nil {
+		return err
+	}
+	return p.Spec.Validate()
+}
+
+// createRecord is the create's start data for spec on runtime rtName.
+func createRecord(spec commands.CreateArgs, rtName string) events.CreateStart {
+	root := spec.WorkspaceRoot
+	if root == "" {
+		root = runtime.DefaultWorkspaceRoot
+	}
+	cs := events.CreateStart{
+		Runtime: rtName, Image: spec.Image, Env: spec.Env, SecretEnvKeys: sortedKeys(spec.SecretEnv), Labels: spec.Labels,
+		CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root, Epoch: 1,
+		Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit,
+	}
+	for _, e := range spec.Manifest {
+		r := events.ManifestRecord{Path: e.Path, Dir: e.Dir, Mode: e.Mode, Ephemeral: e.Ephemeral}
+		if !e.Dir {
+			r.Size, r.SHA256 = len(e.Content), digest(e.Content)
+		}
+		cs.Manifest = append(cs.Manifest, r)
+	}
+	return cs
+}
+
+// create runs a create and returns its reply. A create whose command id
+// names a create already recorded (a retry, through any scheduler, of a
+// create that named no session id: the scheduler derived the same id)
+// gets that create's outcome; any other create of an existing session id
+// is already_exists.
+func (a *Agent) create(ctx context.Context, req commands.Request, p commands.Placement) []byte {
+	spec := p.Spec
+	rtName := spec.Runtime
+	if rtName == "" {
+		rtName = a.order[0]
+	}
+	rt, ok := a.runtimes[rtName]
+	if !ok {
+		return commands.ErrorReply(errcode.New(errcode.NoCapacity, "node %s has no %s runtime", a.cfg.ID, rtName))
+	}
+	if rtName == "docker" && spec.Image == "" {
+		spec.Image = commands.DefaultImage // recorded as the image the session runs
+	}
+	cs := createRecord(spec, rtName)
+	s := a.newSession(p.Tenant, p.SessionID, cs, spec.SecretEnv, 1)
+	if held, err := a.hold(s); err != nil {
+		if held != nil && req.CommandID != "" {
+			// A retry of the create that made the session this node holds.
+			if first, lerr := held.memory.lookup(req.CommandID, commands.OpCreate, argsDigest(req.Args)); lerr != nil {
+				return commands.ErrorReply(lerr)
+			} else if first != nil {
+				return first.await(ctx, a.cfg.ID)
+			}
+		}
+		return commands.ErrorReply(err)
+	}
+	defer func() {
+		if s.getStatus() == projection.StatusCreating {
+			a.forget(s)
+		}
+	}()
+	var slot *remembered
+	if req.CommandID != "" {
+		slot, _, _ = s.memory.claim(req.CommandID, commands.OpCreate, argsDigest(req.Args)) // a new session: never seen
+	}
+	reply, fin, startErr := a.execute(ctx, s, req, commands.OpCreate, cs, func(ctx context.Context) (outcome, error) {
+		sb, err := rt.Create(ctx, s.spec)
+		if err != nil {
+			return outcome{}, err
+		}
+		if err := materialise(ctx, sb, spec.Manifest); err != nil {
+			_ = sb.Shutdown(context.WithoutCancel(ctx))
+			return outcome{}, err
+		}
+		if err := a.attach(s, sb); err != nil {
+			_ = sb.Shutdown(context.WithoutCancel(ctx))
+			return outcome{}, err
+		}
+		s.setStatus(projection.StatusRunning)
+		st := string(projection.StatusRunning)
+		return outcome{
+			result: commands.CreateResult{SessionID: p.SessionID, Node: a.cfg.ID, Runtime: rtName, Status: st},
+			data:   events.StatusFinish{Status: st, ContainerID: containerID(sb)},
+		}, nil
+	})
+	if errcode.Of(startErr) == errcode.ConcurrencyConflict {
+		// The session's events are not empty: someone created it first.
+		reply = a.createRetry(ctx, p.Tenant, p.SessionID, req.CommandID)
+	}
+	if slot != nil {
+		s.memory.settle(req.CommandID, slot, reply, fin, startErr == nil)
+	}
+	return reply
+}
+
+// hold registers s with the agent, unless the agent is draining, full, or
+// already holds the session (then it returns the session it holds).
+func (a *Agent) hold(s *session) (*session, error) {
+	key := sessionKey(s.tenant, s.id)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.draining:
+		return nil, errcode.New(errcode.Unavailable, "node %s is draining", a.cfg.ID)
+	case a.sessions[key] != nil:
+		return a.sessions[key], errcode.New(errcode.AlreadyExists, "session %s already exists", s.id)
+	case len(a.sessions) >= a.cfg.Capacity:
+		return nil, errcode.New(errcode.NoCapacity, "node %s holds %d sessions, its capacity", a.cfg.ID, a.cfg.Capacity)
+	}
+	a.sessions[key] = s
+	return nil, nil
+}
+
+// createRetry answers a create whose session id already has events: the
+// first create's outcome when it carried the same command id (waiting for
+// its finish while it runs), else already_exists.
+func (a *Agent) createRetry(ctx context.Context, tenant, id, commandID string) []byte {
+	exists := commands.ErrorReply(errcode.New(errcode.AlreadyExists, "session %s already exists", id))
+	if commandID == "" {
+		return exists
+	}
+	evs, err := a.log.Session(ctx, tenant, id)
+	if err != nil {
+		return commands.ErrorReply(err)
+	}
+	if len(evs) == 0 || evs[0].Op != string(commands.OpCreate) || evs[0].Phase != events.PhaseStart || evs[0].CommandID != commandID {
+		return exists
+	}
+	first := evs[0]
+	for _, ev := range evs[1:] {
+		if ev.Phase == events.PhaseFinish && ev.SpanID == first.SpanID {
+			return replayReply(&first, ev)
+		}
+	}
+	// The first attempt still runs: wait for its finish.
+	wctx, cancel := context.WithTimeout(ctx, createRetryWait)
+	defer cancel()
+	subj := a.log.Subjects().Session(tenant, id, string(commands.OpCreate), events.PhaseFinish)
+	var fin *events.Event
+	errFound := errors.New("found")
+	err = a.log.Read(wctx, events.ReadOptions{Filters: []string{subj}, Follow: true}, func(m events.Msg) error {
+		ev, err := m.Decode()
+		if err == nil && ev.SpanID == first.SpanID {
+			fin = &ev
+			return errFound
+		}
+		return nil
+	})
+	if fin != nil {
+		return replayReply(&first, *fin)
+	}
+	return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, fmt.Errorf("wait for create finish: %w", err), "the first create of this command id has not finished yet"))
+}
+
+// containerID returns the runtime's id of a sandbox, when it has one.
+func containerID(sb runtime.Sandbox) string {
+	if c, ok := sb.(interface{ ContainerID() string }); ok {
+		return c.ContainerID()
+	}
+	return ""
+}
+
+// materialise writes a create's manifest into a new sandbox.
+func materialise(ctx context.Context, sb runtime.Sandbox, manifest []commands.ManifestEntry) error {
+	for _, e := range manifest {
+		if e.Dir {
+			if err := sb.Mkdir(ctx, e.Path, true); err != nil {
+				return fmt.Errorf("manifest %s: %w", e.Path, err)
+			}
+			continue
+		}
+		mode := fs.FileMode(e.Mode)
+		if mode == 0 {
+			mode = 0o644
+		}
+		if err := sb.WriteFile(ctx, e.Path, e.Content, mode); err != nil {
+			return fmt.Errorf("manifest %s: %w", e.Path, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package nodes
+
+import (
+	"context"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/projection"
+)
+
+// The lifecycle ops. A session's statuses and their transitions are the
+// projection's (see the projection package doc); the node checks the
+// status an op needs before it runs.
+
+func runRunning(ctx context.Context, _ *Agent, s *session, _ *none) (outcome, error) {
+	running, err := s.sandbox().Running(ctx)
+	if err != nil {
+		return outcome{}, err
+	}
+	return outcome{result: commands.RunningResult{Running: running}, data: events.RunningFinish{Running: running}}, nil
+}
+
+// statusOutcome is the outcome of an op that moves s to status st.
+func statusOutcome(s *session, st projection.Status) outcome {
+	s.setStatus(st)
+	return outcome{result: commands.StatusResult{Status: string(st)}, data: events.StatusFinish{Status: string(st)}}
+}
+
+func runStart(ctx context.Context, _ *Agent, s *session, _ *none) (outcome, error) {
+	if err := requireStatus(s, commands.OpStart, projection.StatusRunning, projection.StatusStopped); err != nil {
+		return outcome{}, err
+	}
+	if err := s.sandbox().Start(ctx); err != nil {
+		return outcome{}, err
+	}
+	return statusOutcome(s, projection.StatusRunning), nil
+}
+
+// runStop persists the workspace and then stops the sandbox; when the
+// persist fails the sandbox keeps running and nothing is lost.
+func runStop(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error) {
+	if err := requireStatus(s, commands.OpStop, projection.StatusRunning, projection.StatusStopped); err != nil {
+		return outcome{}, err
+	}
+	snap, err := a.persist(ctx, s)
+	if err != nil {
+		return outcome{}, err
+	}
+	if err := s.sandbox().Stop(ctx); err != nil {
+		return outcome{}, err
+	}
+	s.setStatus(projection.StatusStopped)
+	st := string(projection.StatusStopped)
+	return outcome{
+		result: commands.SnapshotResult{Status: st, Snapshot: snap},
+		data:   events.SnapshotFinish{Status: st, Snapshot: snap},
+	}, nil
+}
+
+func runShutdown(ctx context.Context, _ *Agent, s *session, _ *none) (outcome, error) {
+	if err := s.sandbox().Shutdown(ctx); err != nil {
+		return outcome{}, err
+	}
+	return statusOutcome(s, projection.StatusShutDown), nil
+}
+
+// runDelete shuts the sandbox down and forgets the session once its
+// finish is recorded; the session id is never used again.
+func runDelete(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error) {
+	if err := s.sandbox().Shutdown(ctx); err != nil {
+		return outcome{}, err
+	}
+	out := statusOutcome(s, projection.StatusDeleted)
+	out.after = func() { a.forget(s) }
+	return out, nil
+}
