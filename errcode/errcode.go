@@ -56,7 +56,7 @@ var registry = map[Code]entry{
 	ImageNotFound:       {false, "the sandbox image is not on the node and cannot be pulled"},
 	InvalidArchive:      {false, "the workspace archive has a member that could leave the workspace, or breaks a limit"},
 	SnapshotNotFound:    {false, "no such workspace snapshot"},
-	SnapshotCorrupt:     {false, "the workspace snapshot does not match its digest"},
+	SnapshotCorrupt:     {false, "the workspace snapshot does not match its sha256"},
 	UnsupportedVersion:  {false, "the request's contract version has a major version the server does not speak"},
 }
 
