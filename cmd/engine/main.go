@@ -33,7 +33,12 @@ Usage:
   engine sandbox rm ID PATH [-r] [-f]
   engine sandbox mkdir ID PATH [-p]
   engine sandbox running ID
-  engine sandbox start|stop|shutdown|delete ID
+  engine sandbox start|stop|shutdown|delete ID   stop persists the workspace first
+  engine sandbox persist ID [--json]           snapshot the workspace; prints the snapshot id
+  engine sandbox hydrate ID --from FILE.tar|- | --snapshot SNAP
+                                               replace the workspace, all or nothing
+  engine sandbox resume ID [--secret-env K=V]... [--json]
+                                               bring a stopped, shut down or lost session back
   engine sandbox list [--status S] [--label K=V] [--json]
   engine sandbox inspect ID [--json]           sessions as the projection has them
   engine events tail [--session ID] [--op OP] [--since SEQ|TIME|DURATION]

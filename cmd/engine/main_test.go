@@ -246,3 +246,13 @@ func TestServeBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpListsEveryOp: engine help names a sandbox command for every op
+// of the contract.
+func TestHelpListsEveryOp(t *testing.T) {
+	for _, op := range commands.SessionOps {
+		if !strings.Contains(usage, string(op)) {
+			t.Errorf("engine help does not mention %s", op)
+		}
+	}
+}
