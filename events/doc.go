@@ -11,5 +11,6 @@
 // Read replays or tails through an ordered consumer; ReadDurable reads
 // through a named durable consumer that acknowledges what it delivered, so
 // an auditor resumes where it left off. Subjects.Parse reads a subject
-// back into what it names.
+// back into what it names. ToSDK converts an event to the OpenAI Agents
+// SDK's own audit event format, for tools that read that.
 package events

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +19,7 @@ import (
 
 func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "tail" && args[0] != "export") {
-		return usageErr("usage: engine events tail [--session ID] [--op OP] [--since SEQ|TIME|DURATION] [--durable NAME] [--all-tenants] [--no-follow] [--json]\n       engine events export [--session ID] > events.jsonl")
+		return usageErr("usage: engine events tail [--session ID] [--op OP] [--since SEQ|TIME|DURATION] [--durable NAME] [--all-tenants] [--no-follow] [--json]\n       engine events export [--session ID] [--format stored|sdk] > events.jsonl")
 	}
 	sub := args[0]
 	var g globals
@@ -31,7 +33,11 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		noFollow   = new(bool)
 		jsonOut    = new(bool)
 		allTenants = new(bool)
+		format     = new(string)
 	)
+	if sub == "export" {
+		format = fs.String("format", "stored", "stored: the events as stored; sdk: in the OpenAI Agents SDK's audit event format (ls, rm and mkdir have none and are skipped)")
+	}
 	if sub == "tail" {
 		op = fs.String("op", "", "only this op's events")
 		since = fs.String("since", "", "start at a stream sequence, a time (RFC 3339) or a duration ago (10m)")
@@ -46,6 +52,9 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	}
 	if len(pos) > 0 || rest != nil {
 		return usageErr("events %s takes no arguments", sub)
+	}
+	if *format != "" && *format != "stored" && *format != "sdk" {
+		return usageErr("--format %q: want stored or sdk", *format)
 	}
 	if err := commands.CheckToken("tenant", g.tenant); err != nil {
 		return err
@@ -79,6 +88,9 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		tenant = ""
 	}
 	filter := log.Subjects().Filter(tenant, *session, *op)
+	if sub == "export" && *format == "sdk" {
+		return exportSDK(ctx, log, filter, stdout, stderr)
+	}
 	if sub == "export" {
 		// The stored bytes, one event per line: the stream's own JSON.
 		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}}, func(m events.Msg) error {
@@ -110,6 +122,48 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		return nil // interrupted while following: a normal end
 	}
 	return err
+}
+
+// exportSDK writes the events that filter matches as JSON lines in the
+// OpenAI Agents SDK's format (events.ToSDK) and says on stderr how many it
+// skipped and why: ops the SDK has no name for, and events it cannot
+// decode (another schema version).
+func exportSDK(ctx context.Context, log *events.Log, filter string, stdout, stderr io.Writer) error {
+	noOp := map[string]int{}
+	undecodable := 0
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}}, func(m events.Msg) error {
+		ev, err := m.Decode()
+		if err != nil {
+			undecodable++
+			fmt.Fprintf(stderr, "paddock: skipping undecodable event at stream seq %d: %v\n", m.StreamSeq, err)
+			return nil
+		}
+		out, ok := events.ToSDK(ev)
+		if !ok {
+			noOp[ev.Op]++
+			return nil
+		}
+		return enc.Encode(out)
+	})
+	if err != nil {
+		return err
+	}
+	if len(noOp) > 0 {
+		ops := make([]string, 0, len(noOp))
+		n := 0
+		for op, c := range noOp {
+			ops = append(ops, fmt.Sprintf("%s %d", op, c))
+			n += c
+		}
+		sort.Strings(ops)
+		fmt.Fprintf(stderr, "paddock: skipped %d events of ops the OpenAI Agents SDK does not audit (%s)\n", n, strings.Join(ops, ", "))
+	}
+	if undecodable > 0 {
+		fmt.Fprintf(stderr, "paddock: skipped %d events this engine cannot decode\n", undecodable)
+	}
+	return nil
 }
 
 // parseSince reads --since: a stream sequence (digits), a time (RFC 3339)

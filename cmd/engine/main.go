@@ -43,7 +43,9 @@ Usage:
   engine sandbox inspect ID [--json]           sessions as the projection has them
   engine events tail [--session ID] [--op OP] [--since SEQ|TIME|DURATION]
                      [--durable NAME] [--all-tenants] [--no-follow] [--json]
-  engine events export [--session ID]          the events as stored, one JSON per line
+  engine events export [--session ID] [--format stored|sdk]
+                     the events, one JSON per line: as stored (default), or in
+                     the OpenAI Agents SDK's audit event format (ls, rm, mkdir skipped)
   engine replay [--at SEQ|TIME] [--json]       fold the stream from its first event
   engine replay --session ID [--at SEQ|TIME] [--json]
   engine replay --verify                       compare the KV projection with the replay
