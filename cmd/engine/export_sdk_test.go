@@ -126,9 +126,17 @@ func validateWithSDK(t *testing.T, file string) string {
 		}
 		t.Skipf(format, args...)
 	}
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		missing("no python3 on PATH to validate the export with the OpenAI Agents SDK")
+	// PADDOCK_PYTHON names the interpreter (.ci/run picks one with
+	// pydantic 2, which the SDK needs); else python3 on PATH.
+	python := os.Getenv("PADDOCK_PYTHON")
+	if python == "" {
+		var err error
+		if python, err = exec.LookPath("python3"); err != nil {
+			missing("no python3 on PATH to validate the export with the OpenAI Agents SDK")
+		}
+	}
+	if out, err := exec.Command(python, "-c", "import pydantic; assert pydantic.VERSION >= '2'").CombinedOutput(); err != nil {
+		missing("%s has no pydantic 2, which the OpenAI Agents SDK needs (set PADDOCK_PYTHON): %v %s", python, err, out)
 	}
 	pysdk := os.Getenv("PADDOCK_PYSDK")
 	if pysdk == "" {
