@@ -184,6 +184,12 @@ func (s *Scheduler) handleHeartbeat(m *nats.Msg) {
 		s.logger.Warn("bad heartbeat", "subject", m.Subject)
 		return
 	}
+	// A node speaks for itself only: permissions may let it publish on its
+	// own heartbeat subject, and nothing in the body should widen that.
+	if m.Subject != s.subj.Heartbeat(info.Node) {
+		s.logger.Warn("heartbeat names another node than its subject", "subject", m.Subject, "node", info.Node)
+		return
+	}
 	s.mu.Lock()
 	s.nodes[info.Node] = nodeRecord{info: info, lastSeen: time.Now()}
 	close(s.changed)
