@@ -184,6 +184,12 @@ func (s *Scheduler) handleHeartbeat(m *nats.Msg) {
 		s.logger.Warn("bad heartbeat", "subject", m.Subject)
 		return
 	}
+	// A node speaks for itself only: permissions may let it publish on its
+	// own heartbeat subject, and nothing in the body should widen that.
+	if m.Subject != s.subj.Heartbeat(info.Node) {
+		s.logger.Warn("heartbeat names another node than its subject", "subject", m.Subject, "node", info.Node)
+		return
+	}
 	s.mu.Lock()
 	s.nodes[info.Node] = nodeRecord{info: info, lastSeen: time.Now()}
 	close(s.changed)
@@ -322,10 +328,11 @@ func forward(req commands.Request, args any) []byte {
 }
 
 // place sends body to the node op subject of a node that is up with the
-// runtime and room, trying another when one turns out gone, and returns
-// the node's reply (or an error reply).
+// runtime and room, trying another when one turns out gone or full, and
+// returns the node's reply (or an error reply).
 func (s *Scheduler) place(ctx context.Context, runtime, op string, body []byte) []byte {
 	tried := map[string]bool{}
+	var full []byte // the last no_capacity reply of a node
 	for attempt := 0; attempt < 3; attempt++ {
 		n, ok := s.await(ctx, runtime, tried)
 		if !ok {
@@ -346,7 +353,23 @@ func (s *Scheduler) place(ctx context.Context, runtime, op string, body []byte) 
 		if err != nil {
 			return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "forward "+op+" to node "+n.Node))
 		}
+		var rep commands.Reply
+		if json.Unmarshal(reply.Data, &rep) == nil {
+			switch {
+			case rep.Error == nil:
+				s.countSession(n.Node, 1)
+			case rep.Error.Code == errcode.NoCapacity:
+				// The node is fuller than its last heartbeat said (or
+				// lacks the runtime after all): try another.
+				s.countSession(n.Node, n.Capacity)
+				full = reply.Data
+				continue
+			}
+		}
 		return reply.Data
+	}
+	if full != nil {
+		return full
 	}
 	return commands.ErrorReply(errcode.New(errcode.Unavailable, "no node answered the %s", op))
 }
@@ -355,6 +378,22 @@ func (s *Scheduler) forgetNode(id string) {
 	s.mu.Lock()
 	delete(s.nodes, id)
 	s.mu.Unlock()
+}
+
+// countSession adds n sessions (at most up to its capacity) to what the
+// scheduler knows of a node, until its next heartbeat says how many it
+// holds: creates sent faster than nodes heartbeat then spread over the
+// nodes instead of all going to the one that was least loaded at its last
+// heartbeat.
+func (s *Scheduler) countSession(id string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.nodes[id]
+	if !ok {
+		return
+	}
+	r.info.Sessions = min(r.info.Sessions+n, max(r.info.Capacity, r.info.Sessions))
+	s.nodes[id] = r
 }
 
 func (s *Scheduler) handleLookup(ctx context.Context, m *nats.Msg) {
