@@ -99,6 +99,9 @@ func (a *CreateArgs) Validate() error {
 	if err := checkEnv(a.SecretEnv); err != nil {
 		return err
 	}
+	if err := checkSecrets(a.SecretEnv); err != nil {
+		return err
+	}
 	for k := range a.SecretEnv {
 		if _, dup := a.Env[k]; dup {
 			return errcode.New(errcode.InvalidRequest, "env %q is given both as env and secret env", k)
@@ -157,6 +160,22 @@ func (a *CreateArgs) Validate() error {
 func checkUser(u string) error {
 	if len(u) > 64 || strings.ContainsFunc(u, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return errcode.New(errcode.InvalidRequest, "user %q is longer than 64 bytes or has spaces or control characters", u)
+	}
+	return nil
+}
+
+// MinSecretBytes is the shortest secret value a session takes. Every
+// occurrence of a secret is redacted from what is recorded and replied,
+// so a shorter one ("1", "yes") would blot out ordinary output and leak
+// nothing worth hiding.
+const MinSecretBytes = 6
+
+// checkSecrets refuses secret values shorter than MinSecretBytes.
+func checkSecrets(env map[string]string) error {
+	for k, v := range env {
+		if len(v) < MinSecretBytes {
+			return errcode.New(errcode.InvalidRequest, "secret env %s: a secret value must be at least %d bytes (every occurrence of it is redacted from output and events)", k, MinSecretBytes)
+		}
 	}
 	return nil
 }

@@ -180,3 +180,20 @@ func FuzzDecodeRequest(f *testing.F) {
 		_ = args.Validate() // must not panic
 	})
 }
+
+func TestShortSecrets(t *testing.T) {
+	for _, v := range []string{"", "1", "12345"} {
+		a := CreateArgs{SecretEnv: map[string]string{"T": v}}
+		if err := a.Validate(); !errors.Is(err, errcode.ErrInvalidRequest) {
+			t.Errorf("create with secret %q: got %v, want invalid_request", v, err)
+		}
+		r := ResumeArgs{SecretEnv: map[string]string{"T": v}}
+		if err := r.Validate(); !errors.Is(err, errcode.ErrInvalidRequest) {
+			t.Errorf("resume with secret %q: got %v, want invalid_request", v, err)
+		}
+	}
+	a := CreateArgs{SecretEnv: map[string]string{"T": "123456"}}
+	if err := a.Validate(); err != nil {
+		t.Errorf("a %d-byte secret: %v", MinSecretBytes, err)
+	}
+}

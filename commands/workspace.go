@@ -71,6 +71,9 @@ func (a *ResumeArgs) Validate() error {
 	if len(a.SecretEnv) > MaxEnvVars {
 		return errcode.New(errcode.InvalidRequest, "more than %d environment variables", MaxEnvVars)
 	}
+	if err := checkSecrets(a.SecretEnv); err != nil {
+		return err
+	}
 	return checkEnv(a.SecretEnv)
 }
 

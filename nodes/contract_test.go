@@ -127,7 +127,7 @@ func TestPanicIsAnOperationFailure(t *testing.T) {
 // TestRepliesFit: replies that would pass the NATS max payload are paged
 // (ls) or bounded after redaction (exec output), never dropped.
 func TestRepliesFit(t *testing.T) {
-	const secret = "Zq9!"
+	const secret = "Zq9!x7"
 	st := testenv.StartStack(t, testenv.StackOptions{})
 	ctx := testenv.Context(t, 90*time.Second)
 	c := st.Client

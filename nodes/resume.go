@@ -100,7 +100,8 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 
 // setSecrets replaces the values of the session's secret variables that
 // secretEnv names; a name the create did not declare secret is
-// invalid_request. The redactor is rebuilt from all the values known.
+// invalid_request. The redactor then redacts the new values as well as
+// every value it knew.
 func (s *session) setSecrets(secretEnv map[string]string) error {
 	if len(secretEnv) == 0 {
 		return nil
@@ -115,13 +116,8 @@ func (s *session) setSecrets(secretEnv map[string]string) error {
 	env := maps.Clone(s.spec.Env)
 	maps.Copy(env, secretEnv)
 	s.spec.Env = env
-	known := map[string]string{}
-	for k := range s.secretKeys {
-		if v, ok := env[k]; ok {
-			known[k] = v
-		}
-	}
-	s.redact = newRedactor(known)
+	// A value given before stays secret: a rotated token is no less one.
+	s.redact = s.redact.with(secretEnv)
 	return nil
 }
 

@@ -177,13 +177,17 @@ func (a *Agent) wireError(s *session, op commands.Op, err error) *errcode.Error 
 	return &errcode.Error{Code: e.Code, Message: s.redactor().string(e.Message)}
 }
 
-// encodeData encodes an event's data; a value that cannot be encoded is a
-// bug, logged, and recorded as no data.
+// encodeData encodes an event's data with secret values redacted from
+// every string in it; a value that cannot be encoded is a bug, logged, and
+// recorded as no data.
 func (a *Agent) encodeData(s *session, op commands.Op, phase events.Phase, v any) json.RawMessage {
 	if v == nil {
 		return nil
 	}
 	b, err := json.Marshal(v)
+	if err == nil {
+		b, err = s.redactor().data(b)
+	}
 	if err != nil {
 		a.logger.Error("event data does not encode", "tenant", s.tenant, "session", s.id, "op", op, "phase", phase, "err", err)
 		return nil
@@ -198,11 +202,11 @@ func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) e
 	defer s.appendMu.Unlock()
 	ev.Seq = s.seq + 1
 	ev.PrevHash = s.lastHash
+	s.redactor().event(ev)
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
 	}
-	data = s.redactor().encoded(data)
 	var seq uint64
 	// A finish must not be lost to a passing fault: retry what is retryable
 	// within a bound. The event id makes a retried publish idempotent.
