@@ -112,7 +112,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return nc, nil
 		}),
 		fx.Provide(func(lc fx.Lifecycle) ([]runtime.Runtime, error) {
-			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.id, LocalDir: cfg.dir}, logger)
+			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.id, LocalDir: cfg.dir, Loopback: runtimes.URLIsLoopback(cfg.natsURL)}, logger)
 			if err != nil {
 				return nil, err
 			}

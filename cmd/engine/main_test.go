@@ -238,9 +238,14 @@ func TestServeBadFlags(t *testing.T) {
 		{"--sync", "sometimes"},
 		{"--listen", "nope"},
 		{"--events-max-bytes", "huge"},
+		{"--sandbox-dir", "SAME/sandboxes"}, // inside the state dir
 	} {
 		var errb bytes.Buffer
-		code := run(context.Background(), append([]string{"serve", "--state-dir", t.TempDir()}, args...), nil, &errb, &errb)
+		state := t.TempDir()
+		for i, a := range args {
+			args[i] = strings.Replace(a, "SAME", state, 1)
+		}
+		code := run(context.Background(), append([]string{"serve", "--state-dir", state}, args...), nil, &errb, &errb)
 		if code != 2 || !strings.Contains(errb.String(), "error: invalid_request: ") {
 			t.Errorf("serve %v = exit %d, %q; want 2 and invalid_request", args, code, errb.String())
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,6 +30,9 @@ var readyRE = regexp.MustCompile(`paddock engine ready" nats=(\S+)`)
 // called or the test ends, and returns its log once it is ready.
 func serveStoppable(t *testing.T, args ...string) (*syncBuffer, func()) {
 	t.Helper()
+	if !slices.Contains(args, "--sandbox-dir") {
+		args = append(args, "--sandbox-dir", t.TempDir()) // never the user's cache dir
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
 	done := make(chan int, 1)

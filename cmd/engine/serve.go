@@ -26,6 +26,7 @@ import (
 // serveConfig is what `engine serve` is told by its flags.
 type serveConfig struct {
 	stateDir    string
+	sandboxDir  string
 	listen      string
 	sync        string
 	natsURL     string
@@ -53,7 +54,8 @@ func defaultStateDir() string {
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg serveConfig
 	fs := newFlagSet("serve", stderr)
-	fs.StringVar(&cfg.stateDir, "state-dir", defaultStateDir(), "directory for JetStream data and local sandboxes")
+	fs.StringVar(&cfg.stateDir, "state-dir", defaultStateDir(), "directory for JetStream data")
+	fs.StringVar(&cfg.sandboxDir, "sandbox-dir", defaultSandboxDir(), "directory for local-runtime sandboxes (never inside --state-dir)")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:4222", "client listen address of the embedded NATS server")
 	fs.StringVar(&cfg.sync, "sync", "always", `JetStream fsync: "always" (before every ack) or an interval such as 1s or 2m`)
 	fs.StringVar(&cfg.natsURL, "nats-url", "", "use this NATS server instead of embedding one")
@@ -77,6 +79,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if err := runtimes.Check(cfg.runtime); err != nil {
 		return usageErr("%v", err)
+	}
+	if err := cfg.checkDirs(); err != nil {
+		return err
 	}
 	brokerCfg, err := cfg.brokerConfig()
 	if err != nil {
@@ -110,7 +115,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			if cfg.noLocalNode {
 				return nil
 			}
-			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: filepath.Join(cfg.stateDir, "sandboxes")}, logger)
+			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback()}, logger)
 			if err != nil {
 				return err
 			}
@@ -141,6 +146,40 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	stopCtx, cancel2 := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel2()
 	return app.Stop(stopCtx)
+}
+
+// defaultSandboxDir is $XDG_CACHE_HOME/paddock/sandboxes (else
+// ~/.cache/...): apart from the state dir, so no sandbox shares a
+// directory tree with the JetStream files.
+func defaultSandboxDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "paddock", "sandboxes")
+	}
+	return filepath.Join(os.TempDir(), "paddock-sandboxes")
+}
+
+// loopback reports whether the deployment is reachable only from this
+// machine: the embedded server listens on loopback, or --nats-url names
+// only loopback servers.
+func (cfg serveConfig) loopback() bool {
+	if cfg.natsURL != "" {
+		return runtimes.URLIsLoopback(cfg.natsURL)
+	}
+	return runtimes.IsLoopback(cfg.listen)
+}
+
+// checkDirs refuses a sandbox dir inside the state dir (or the reverse).
+func (cfg serveConfig) checkDirs() error {
+	state, err1 := filepath.Abs(cfg.stateDir)
+	sand, err2 := filepath.Abs(cfg.sandboxDir)
+	if err1 != nil || err2 != nil {
+		return usageErr("--state-dir or --sandbox-dir is not a usable path")
+	}
+	within := func(a, b string) bool { return a == b || strings.HasPrefix(a, b+string(filepath.Separator)) }
+	if within(sand, state) || within(state, sand) {
+		return usageErr("--sandbox-dir %s and --state-dir %s overlap: local sandboxes must not share a tree with the JetStream files", sand, state)
+	}
+	return nil
 }
 
 func hostNodeID() string {

@@ -1,12 +1,19 @@
 // Package runtimes opens the runtimes a node agent serves, as the
 // --runtime flag of agent-node and engine serve selects them:
 //
-//	auto    Docker when its daemon answers, else local
+//	auto    Docker when this host has it; local only on a host without
+//	        Docker and a deployment on loopback
 //	docker  Docker; an error when its daemon does not answer
 //	local   the local process runtime (no security boundary)
 //
-// auto never offers local beside Docker: on a host with Docker, untrusted
-// code must not be able to ask for the unconfined runtime.
+// auto fails closed. It never offers local beside Docker: on a host with
+// Docker, untrusted code must not be able to ask for the unconfined
+// runtime. A host has Docker when DOCKER_HOST is set or the daemon's
+// socket exists; then auto waits for the daemon (a slow start at boot is
+// no reason to run sandboxes unconfined) and fails with a clear message if
+// it never answers. And auto never picks local for a deployment reachable
+// beyond this machine (a node connecting to a non-loopback NATS URL, an
+// engine listening on a non-loopback address): local must be named.
 package runtimes
 
 import (
@@ -14,6 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -32,8 +43,27 @@ type Options struct {
 	Node string
 	// LocalDir holds the local runtime's sandboxes.
 	LocalDir string
-	// PingTimeout bounds the Docker daemon check (default 3s).
+	// PingTimeout bounds one Docker daemon check (default 3s).
 	PingTimeout time.Duration
+	// DockerWait is how long auto keeps asking a Docker daemon this host
+	// has before it gives up (default 30s).
+	DockerWait time.Duration
+	// Loopback says the deployment is reachable only from this machine;
+	// only then may auto fall back to local.
+	Loopback bool
+	// DockerPresent reports whether this host has Docker (default: the
+	// DOCKER_HOST variable or the daemon's socket); tests replace it.
+	DockerPresent func() bool
+}
+
+// dockerPresent reports whether this host has Docker: DOCKER_HOST is set,
+// or the daemon's default socket exists.
+func dockerPresent() bool {
+	if os.Getenv("DOCKER_HOST") != "" {
+		return true
+	}
+	_, err := os.Stat("/var/run/docker.sock")
+	return err == nil
 }
 
 // Check validates the mode without opening anything.
@@ -54,21 +84,82 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 	if opts.PingTimeout == 0 {
 		opts.PingTimeout = 3 * time.Second
 	}
-	if opts.Mode != "local" {
+	if opts.DockerWait == 0 {
+		opts.DockerWait = 30 * time.Second
+	}
+	if opts.DockerPresent == nil {
+		opts.DockerPresent = dockerPresent
+	}
+	switch opts.Mode {
+	case "docker":
 		rt, err := openDocker(ctx, opts)
-		if err == nil {
-			return []runtime.Runtime{rt}, rt.Close, nil
-		}
-		if opts.Mode == "docker" {
+		if err != nil {
 			return nil, nil, err
 		}
-		logger.Warn("Docker is not reachable; using the local runtime, which is no security boundary", "err", err)
+		return []runtime.Runtime{rt}, rt.Close, nil
+	case "auto":
+		if opts.DockerPresent() {
+			rt, err := waitDocker(ctx, opts, logger)
+			if err != nil {
+				return nil, nil, fmt.Errorf("this host has Docker but its daemon did not answer within %s; not falling back to the local runtime, which is no security boundary (start Docker, or name --runtime local): %w", opts.DockerWait, err)
+			}
+			return []runtime.Runtime{rt}, rt.Close, nil
+		}
+		if !opts.Loopback {
+			return nil, nil, errors.New("no Docker on this host, and the deployment is reachable beyond it: --runtime auto will not run untrusted sandboxes on the local runtime, which is no security boundary (install Docker, or name --runtime local)")
+		}
+		logger.Warn("no Docker on this host; using the local runtime, which is no security boundary")
 	}
 	rt, err := local.New(local.Config{Dir: opts.LocalDir})
 	if err != nil {
 		return nil, nil, err
 	}
 	return []runtime.Runtime{rt}, func() error { return nil }, nil
+}
+
+// waitDocker asks the daemon until it answers or DockerWait has passed.
+func waitDocker(ctx context.Context, opts Options, logger *slog.Logger) (*docker.Runtime, error) {
+	deadline := time.Now().Add(opts.DockerWait)
+	for attempt := 1; ; attempt++ {
+		rt, err := openDocker(ctx, opts)
+		if err == nil {
+			return rt, nil
+		}
+		if time.Now().Add(time.Second).After(deadline) || ctx.Err() != nil {
+			return nil, err
+		}
+		logger.Warn("the Docker daemon does not answer yet; waiting for it", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// IsLoopback reports whether host (a host name or an IP, maybe with a
+// port) is this machine's loopback: localhost or 127.0.0.0/8 or ::1.
+func IsLoopback(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// URLIsLoopback reports whether every server of a NATS URL list (comma
+// separated) is on loopback.
+func URLIsLoopback(urls string) bool {
+	for _, u := range strings.Split(urls, ",") {
+		p, err := url.Parse(strings.TrimSpace(u))
+		if err != nil || !IsLoopback(p.Hostname()) {
+			return false
+		}
+	}
+	return true
 }
 
 func openDocker(ctx context.Context, opts Options) (*docker.Runtime, error) {
