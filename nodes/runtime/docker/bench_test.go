@@ -1,7 +1,10 @@
 package docker_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"sort"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/docker/docker/errdefs"
 	"github.com/google/uuid"
 
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/testenv"
@@ -215,4 +219,52 @@ func BenchmarkExecRuntime(b *testing.B) {
 	b.ReportMetric(r, "raw-p50-µs")
 	b.ReportMetric(p, "runtime-p50-µs")
 	b.ReportMetric(p-r, "overhead-p50-µs")
+}
+
+// smallArchive is a tar of a few small files and directories, the size of
+// a seeded project.
+func smallArchive(b *testing.B) []byte {
+	b.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"src/", "src/pkg/", "docs/"} {
+		if err := tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		data := bytes.Repeat([]byte{'x'}, 1000+i)
+		name := fmt.Sprintf("src/pkg/f%d.txt", i)
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// BenchmarkHydrate replaces a running sandbox's workspace with a small
+// archive (13 members, 10 KB) through ImportWorkspace, the whole hydrate
+// of the runtime (no NATS, no object store).
+//
+//	go test -run '^$' -bench BenchmarkHydrate -benchtime 30x ./nodes/runtime/docker/
+func BenchmarkHydrate(b *testing.B) {
+	cli, image := benchEnv(b)
+	ctx := context.Background()
+	rt := benchRuntime(b, cli)
+	sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Shutdown(ctx)
+	data := smallArchive(b)
+	measure(b, func() (func(), error) {
+		_, err := sb.ImportWorkspace(ctx, bytes.NewReader(data), archive.Limits{})
+		return nil, err
+	})
 }
