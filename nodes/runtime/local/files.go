@@ -246,11 +246,17 @@ func (s *Sandbox) resolve(p string) (*os.Root, string, error) {
 }
 
 // fsErr maps a file system error on rel to a coded error. An escape is
-// recognised by resolving rel's symlinks, not by the error's text.
+// recognised by resolving rel's symlinks, not by the error's text. A name
+// or path too long, or a loop of symbolic links, is invalid_path, as on
+// every runtime.
 func (s *Sandbox) fsErr(err error, rel, op string) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return errcode.Wrap(errcode.InvalidPath, err, op+": "+rel+": a name or path is too long")
+	case errors.Is(err, syscall.ELOOP):
+		return errcode.Wrap(errcode.InvalidPath, err, op+": "+rel+": too many levels of symbolic links")
 	case s.escapes(rel):
 		return errcode.New(errcode.InvalidPath, "%s: %s leads outside the workspace", op, rel)
 	case errors.Is(err, os.ErrClosed): // Shutdown closed the root meanwhile

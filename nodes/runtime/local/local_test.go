@@ -365,3 +365,19 @@ func TestExecCancelled(t *testing.T) {
 		t.Fatal("Exec did not return after cancel")
 	}
 }
+
+// TestLongLinkTarget: a symlink whose target holds a name over 255 bytes
+// (the kernel's ENAMETOOLONG when it is followed) is invalid_path, not a
+// retryable runtime_error.
+func TestLongLinkTarget(t *testing.T) {
+	sb, _ := create(t, newRuntime(t), nil)
+	ctx := t.Context()
+	if res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"ln", "-s", strings.Repeat("n", 300), "long"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("ln: %+v, %v", res, err)
+	}
+	_, _, err := sb.ReadFile(ctx, "long", 10)
+	wantCode(t, "ReadFile long", err, errcode.InvalidPath)
+	wantCode(t, "Mkdir -p long/x", sb.Mkdir(ctx, "long/x", true), errcode.InvalidPath)
+	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}, Cwd: "long"})
+	wantCode(t, "Exec in long", err, errcode.InvalidPath)
+}
