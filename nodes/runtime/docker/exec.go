@@ -136,7 +136,7 @@ func (s *Sandbox) cwd(ctx context.Context, p string) (string, error) {
 	if p == "" {
 		return s.root, nil
 	}
-	r, err := s.resolve(ctx, p)
+	r, err := s.resolve(ctx, p, true)
 	switch {
 	case err == nil && r.missing != "":
 		err = errcode.New(errcode.NotFound, "exec: cwd %s does not exist", r.rel)

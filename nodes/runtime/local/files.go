@@ -129,24 +129,21 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, r io.Reader, size
 	return nil
 }
 
-// List returns a directory's entries sorted by name, or a file's own entry.
-// Symlinks inside the directory are listed as such, not followed. A path
-// outside the workspace is invalid_path, a missing one not_found.
+// List returns a directory's entries sorted by name, or a file's or
+// symlink's own entry: symlinks are listed, not followed, in a directory
+// and as the last component of p alike. A path outside the workspace is
+// invalid_path, a missing one not_found.
 func (s *Sandbox) List(ctx context.Context, p string) ([]commands.Entry, error) {
 	root, rel, err := s.resolve(p)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := root.Stat(rel)
+	fi, err := root.Lstat(rel)
 	if err != nil {
 		return nil, s.fsErr(err, rel, "ls")
 	}
 	if !fi.IsDir() {
-		lfi, err := root.Lstat(rel)
-		if err != nil {
-			return nil, s.fsErr(err, rel, "ls")
-		}
-		return []commands.Entry{entry(lfi)}, nil
+		return []commands.Entry{entry(fi)}, nil
 	}
 	d, err := root.Open(rel)
 	if err != nil {
@@ -215,9 +212,10 @@ func (s *Sandbox) Remove(ctx context.Context, p string, recursive bool) error {
 }
 
 // Mkdir makes a directory, mode 0755. With parents it makes missing parents
-// and accepts an existing directory; without, a missing parent is not_found.
-// An existing entry (any existing one without parents) is already_exists; a
-// path outside the workspace is invalid_path.
+// and accepts an existing directory (following a symlink to judge it);
+// without, a missing parent is not_found. An existing entry (any existing
+// one, a symlink included, without parents) is already_exists; a path
+// outside the workspace is invalid_path.
 func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
 	root, rel, err := s.resolve(p)
 	if err != nil {
@@ -229,7 +227,13 @@ func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
 	if rel == "." {
 		return errcode.New(errcode.AlreadyExists, "mkdir: the workspace root exists")
 	}
-	return s.fsErr(root.Mkdir(rel, 0o755), rel, "mkdir")
+	err = root.Mkdir(rel, 0o755)
+	if errors.Is(err, fs.ErrExist) && !s.escapes(path.Dir(rel)) {
+		// The entry exists in the workspace: a symlink is not followed to
+		// say so, whatever its target.
+		return errcode.New(errcode.AlreadyExists, "mkdir: %s already exists", rel)
+	}
+	return s.fsErr(err, rel, "mkdir")
 }
 
 // resolve returns the workspace root and p relative to it.
