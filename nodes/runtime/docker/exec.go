@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -106,14 +107,15 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 		StdoutTruncated: stdout.Truncated(), StderrTruncated: stderr.Truncated(),
 	}
 	if interrupted {
-		killed := "its processes were killed"
+		// Why a kill failed (the engine's text) stays in the cause.
+		killed, cause := "its processes were killed", error(nil)
 		if killErr != nil {
-			killed = "its processes could not all be killed: " + killErr.Error()
+			killed, cause = "its processes could not all be killed", killErr
 		}
 		if ctx.Err() != nil {
-			return res, errcode.Wrap(errcode.Unavailable, ctx.Err(), "exec cancelled; "+killed)
+			return res, errcode.Wrap(errcode.Unavailable, errors.Join(ctx.Err(), cause), "exec cancelled; "+killed)
 		}
-		return res, errcode.New(errcode.ExecTimeout, "command ran past its timeout of %s; %s", spec.Timeout, killed)
+		return res, errcode.Wrap(errcode.ExecTimeout, cause, fmt.Sprintf("command ran past its timeout of %s; %s", spec.Timeout, killed))
 	}
 	if hdr.pid() == 0 {
 		return res, s.notStarted(ctx, spec.User, res)
@@ -203,7 +205,8 @@ func (s *Sandbox) runningNow(ctx context.Context) bool {
 // notStarted explains an exec whose wrapper never reported its pid: the
 // engine could not start /bin/sh (a user the image does not know, no
 // /bin/sh in the image, no pid left under the limit) or the container
-// stopped first. The engine's message (never the env) goes into the error.
+// stopped first. The engine's message (never the env) goes into the
+// error's cause, for logs; the message names only the user asked for.
 func (s *Sandbox) notStarted(ctx context.Context, user string, res runtime.ExecResult) error {
 	if !s.runningNow(ctx) {
 		return errcode.New(errcode.InvalidState, "exec: the sandbox is not running")
@@ -212,10 +215,11 @@ func (s *Sandbox) notStarted(ctx context.Context, user string, res runtime.ExecR
 	if len(msg) > 300 {
 		msg = msg[:300] + "..."
 	}
+	cause := errors.New(msg)
 	if user != "" && (strings.Contains(msg, "unable to find user") || strings.Contains(msg, "unable to find group")) {
-		return errcode.New(errcode.InvalidRequest, "exec: user %q: %s", user, msg)
+		return errcode.Wrap(errcode.InvalidRequest, cause, fmt.Sprintf("exec: the image does not know user %q", user))
 	}
-	return errcode.New(errcode.RuntimeError, "exec: the container could not start /bin/sh: %s", msg)
+	return errcode.Wrap(errcode.RuntimeError, cause, "exec: the container could not start /bin/sh")
 }
 
 // execErr maps an exec create/attach failure.

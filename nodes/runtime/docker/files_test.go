@@ -1,6 +1,7 @@
 package docker_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -246,6 +247,45 @@ func TestStoppedSymlinks(t *testing.T) {
 		entries, err := sb.List(ctx, p)
 		if err != nil || len(entries) != 1 || entries[0].Name != p || entries[0].Type != "symlink" {
 			t.Errorf("List %s while stopped: got %+v, %v, want the link itself", p, entries, err)
+		}
+	}
+}
+
+// TestWireMessages: what crosses the wire (an *errcode.Error's Message)
+// names workspace paths as the client gave them, never the daemon's text
+// (which names host paths) nor a command's stderr; both stay in the cause.
+func TestWireMessages(t *testing.T) {
+	sb := sandbox(t)
+	ctx := t.Context()
+	sh(t, sb, "ln -s a b && ln -s b a && mkdir ro && echo x > ro/f && chmod 0555 ro")
+	_, _, loopErr := sb.ReadFile(ctx, "a/f", 10)
+	rmErr := sb.Remove(ctx, "ro", true)
+	_, pullErr := newRuntime(t).Create(ctx, runtime.Spec{Tenant: "t", SessionID: "s", Epoch: 1, Image: "paddock/does-not-exist:nope"})
+	for _, tc := range []struct {
+		what string
+		err  error
+		code errcode.Code
+		want string
+	}{
+		{"read through a loop", loopErr, errcode.InvalidPath, "a/f"},
+		{"rm of a tree the user cannot empty", rmErr, errcode.RuntimeError, "rm ro failed"},
+		{"create from a missing image", pullErr, errcode.ImageNotFound, "paddock/does-not-exist:nope"},
+	} {
+		var e *errcode.Error
+		if !errors.As(tc.err, &e) || e.Code != tc.code {
+			t.Errorf("%s: got %v, want code %s", tc.what, tc.err, tc.code)
+			continue
+		}
+		if !strings.Contains(e.Message, tc.want) {
+			t.Errorf("%s: message %q does not name %q", tc.what, e.Message, tc.want)
+		}
+		for _, bad := range []string{"daemon", "/var/lib/docker", "overlay", "ermission denied", "/workspace/", "Error"} {
+			if strings.Contains(e.Message, bad) {
+				t.Errorf("%s: message %q holds %q", tc.what, e.Message, bad)
+			}
+		}
+		if e.Err == nil {
+			t.Errorf("%s: no cause kept for the logs", tc.what)
 		}
 	}
 }

@@ -387,3 +387,39 @@ func TestLongLinkTarget(t *testing.T) {
 	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}, Cwd: "long"})
 	wantCode(t, "Exec in long", err, errcode.InvalidPath)
 }
+
+// TestWireMessages: error messages (what crosses the wire) name workspace
+// paths as the client gave them, never the sandbox's host directory.
+func TestWireMessages(t *testing.T) {
+	rt := newRuntime(t)
+	sb, session := create(t, rt, nil)
+	ctx := t.Context()
+	ws := rt.WorkspaceDir("t", session)
+	if res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", `ln -s a b && ln -s b a && ln -s "$PWD" abs && ln -s "` + strings.Repeat("n", 300) + `" long && mkdir d`}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("setup: %+v, %v", res, err)
+	}
+	var errs []error
+	_, _, err := sb.ReadFile(ctx, "a/x", 10)
+	errs = append(errs, err)
+	_, _, err = sb.ReadFile(ctx, "abs/d", 10)
+	errs = append(errs, err)
+	_, _, err = sb.ReadFile(ctx, "long", 10)
+	errs = append(errs, err)
+	_, err = sb.List(ctx, "missing")
+	errs = append(errs, err)
+	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}, Cwd: "abs"})
+	errs = append(errs, err)
+	errs = append(errs, sb.Mkdir(ctx, "d", false), sb.WriteFile(ctx, "d", nil, 0), sb.Remove(ctx, "a/x", false))
+	_, err = rt.Create(ctx, runtime.Spec{Tenant: "t", SessionID: session})
+	errs = append(errs, err)
+	for i, err := range errs {
+		var e *errcode.Error
+		if !errors.As(err, &e) {
+			t.Errorf("error %d: got %v, want an *errcode.Error", i, err)
+			continue
+		}
+		if strings.Contains(e.Message, ws) || strings.Contains(e.Message, filepath.Dir(filepath.Dir(ws))) {
+			t.Errorf("error %d: message %q names the host directory", i, e.Message)
+		}
+	}
+}
