@@ -268,3 +268,41 @@ func BenchmarkHydrate(b *testing.B) {
 		return nil, err
 	})
 }
+
+// BenchmarkRemove removes a file from a running and from a stopped
+// sandbox (which Remove starts for the rm and stops again); the file is
+// written again (through the archive endpoint, which works on a stopped
+// container) outside the timings.
+//
+//	go test -run '^$' -bench BenchmarkRemove -benchtime 20x ./nodes/runtime/docker/
+func BenchmarkRemove(b *testing.B) {
+	cli, image := benchEnv(b)
+	ctx := context.Background()
+	rt := benchRuntime(b, cli)
+	for _, stopped := range []bool{false, true} {
+		name := map[bool]string{false: "running", true: "stopped"}[stopped]
+		b.Run(name, func(b *testing.B) {
+			sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Shutdown(ctx)
+			if stopped {
+				if err := sb.Stop(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := sb.WriteFile(ctx, "f", []byte("x"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			measure(b, func() (func(), error) {
+				err := sb.Remove(ctx, "f", false)
+				return func() {
+					if err := sb.WriteFile(ctx, "f", []byte("x"), 0o644); err != nil {
+						b.Fatal(err)
+					}
+				}, err
+			})
+		})
+	}
+}

@@ -64,8 +64,10 @@
 // directories belong to the sandbox user, with the mode asked for. List
 // runs one exec of sh and stat on a running sandbox (its cost does not grow
 // with the size of what lies below the directory) and reads the
-// directory's archive on a stopped one. Remove runs rm in the container
-// and needs it running.
+// directory's archive on a stopped one. Remove runs rm in the container;
+// on a stopped sandbox it starts the container for the rm and stops it
+// again, with Start, Stop and exec held off meanwhile (the API has no file
+// delete).
 //
 // # Lifecycle
 //

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -38,6 +39,13 @@ const killWait = 20 * time.Second
 // the tree (with the output captured so far), unavailable (wrapping ctx's
 // error) when ctx ended first, runtime_error when the engine fails.
 func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.ExecResult, error) {
+	return s.exec(ctx, spec, false)
+}
+
+// exec is Exec; held says that the caller holds s.life, else exec holds it
+// shared while it creates and starts the command, so that the command never
+// starts in a container that Remove started only for itself.
+func (s *Sandbox) exec(ctx context.Context, spec runtime.ExecSpec, held bool) (runtime.ExecResult, error) {
 	if len(spec.Argv) == 0 {
 		return runtime.ExecResult{}, errcode.New(errcode.InvalidRequest, "exec: empty argv")
 	}
@@ -63,14 +71,20 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 	if maxOut <= 0 {
 		maxOut = commands.MaxOutputBytes
 	}
+	if !held {
+		s.life.RLock()
+	}
 	created, err := s.r.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
 		User: user, AttachStdout: true, AttachStderr: true, Env: env, WorkingDir: cwd,
 		Cmd: append([]string{"/bin/sh", "-c", wrapperScript, "paddock-exec"}, spec.Argv...),
 	})
-	if err != nil {
-		return runtime.ExecResult{}, s.execErr(err)
+	var att types.HijackedResponse
+	if err == nil {
+		att, err = s.r.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{}) // starts it
 	}
-	att, err := s.r.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if !held {
+		s.life.RUnlock()
+	}
 	if err != nil {
 		return runtime.ExecResult{}, s.execErr(err)
 	}

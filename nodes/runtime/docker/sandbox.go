@@ -26,6 +26,13 @@ type Sandbox struct {
 	root string // workspace root inside the container
 	user string // the container's user, as Docker was given it
 
+	// life orders the container's state changes: Start, Stop and Remove on
+	// a stopped sandbox (which starts the container for its rm and stops it
+	// again) hold it; exec holds it shared while it creates and starts a
+	// command. Shutdown does not wait for it: removing the container ends
+	// whatever holds it.
+	life sync.RWMutex
+
 	mu       sync.Mutex // guards the fields below
 	gone     bool       // Shutdown ran
 	ids      *owner     // the user's numeric ids, resolved once
@@ -57,6 +64,8 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if err := s.checkNotGone("start"); err != nil {
 		return err
 	}
+	s.life.Lock()
+	defer s.life.Unlock()
 	if err := s.r.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 		if errdefs.IsNotFound(err) {
 			return errcode.New(errcode.InvalidState, "start: the container is gone")
@@ -74,6 +83,13 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	if err := s.checkNotGone("stop"); err != nil {
 		return err
 	}
+	s.life.Lock()
+	defer s.life.Unlock()
+	return s.stopContainer(ctx)
+}
+
+// stopContainer stops the container; s.life must be held.
+func (s *Sandbox) stopContainer(ctx context.Context) error {
 	secs := int(s.r.cfg.StopTimeout / time.Second)
 	if err := s.r.cli.ContainerStop(ctx, s.id, container.StopOptions{Timeout: &secs}); err != nil {
 		if errdefs.IsNotFound(err) {
