@@ -249,24 +249,78 @@ func smallArchive(b *testing.B) []byte {
 }
 
 // BenchmarkHydrate replaces a running sandbox's workspace with a small
-// archive (13 members, 10 KB) through ImportWorkspace, the whole hydrate
-// of the runtime (no NATS, no object store).
+// archive (13 members, 10 KB), alternating in one container (so that
+// drift hits both alike) the former import (rm -rf of the workspace's
+// entries as the sandbox user, then one archive copy into it) with
+// ImportWorkspace (stage beside the root, then the commit's moves). The
+// staged import removes what it replaced in the background: both wait
+// until that is done, outside the timings. No NATS, no object store.
 //
 //	go test -run '^$' -bench BenchmarkHydrate -benchtime 30x ./nodes/runtime/docker/
 func BenchmarkHydrate(b *testing.B) {
 	cli, image := benchEnv(b)
 	ctx := context.Background()
 	rt := benchRuntime(b, cli)
-	sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
+	sbx, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sb.Shutdown(ctx)
+	defer sbx.Shutdown(ctx)
+	sb := sbx.(*docker.Sandbox)
 	data := smallArchive(b)
-	measure(b, func() (func(), error) {
+	former := func() error {
+		res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"/bin/sh", "-c", "rm -rf /workspace/* /workspace/.[!.]* /workspace/..?*"}})
+		if err != nil || res.ExitCode != 0 {
+			return fmt.Errorf("rm: %v, exit %d", err, res.ExitCode)
+		}
+		pr, pw := io.Pipe()
+		go func() {
+			_, err := archive.CopyAs(pw, bytes.NewReader(data), archive.Limits{}, 65534, 65534)
+			pw.CloseWithError(err)
+		}()
+		err = cli.CopyToContainer(ctx, sb.ID(), runtime.DefaultWorkspaceRoot, pr, container.CopyToContainerOptions{})
+		pr.CloseWithError(err)
+		return err
+	}
+	staged := func() error {
 		_, err := sb.ImportWorkspace(ctx, bytes.NewReader(data), archive.Limits{})
-		return nil, err
-	})
+		return err
+	}
+	settled := func() {
+		for {
+			res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", "ls -A /.paddock 2>/dev/null"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(res.Stdout) == 0 {
+				return
+			}
+		}
+	}
+	var lf, ls []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, x := range []struct {
+			fn  func() error
+			lat *[]time.Duration
+		}{{former, &lf}, {staged, &ls}} {
+			t0 := time.Now()
+			if err := x.fn(); err != nil {
+				b.Fatal(err)
+			}
+			*x.lat = append(*x.lat, time.Since(t0))
+			b.StopTimer()
+			settled()
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	p50 := func(l []time.Duration) float64 {
+		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+		return float64(l[len(l)/2].Microseconds())
+	}
+	b.ReportMetric(p50(lf), "former-p50-µs")
+	b.ReportMetric(p50(ls), "staged-p50-µs")
 }
 
 // BenchmarkRemove removes a file from a running and from a stopped

@@ -69,6 +69,15 @@
 // again, with Start, Stop and exec held off meanwhile (the API has no file
 // delete).
 //
+// # Workspaces
+//
+// ExportWorkspace reads the root's archive. StageWorkspace (which the node
+// uses for hydrate and resume, ImportWorkspace being stage and commit)
+// extracts the incoming archive as it streams into .paddock/staging-* beside
+// the workspace root, owned by the sandbox user, and its commit moves the
+// workspace's entries out and the staged ones in, all or nothing; see
+// workspace.go for why entries and not the root are moved.
+//
 // # Lifecycle
 //
 //	Create ─► running ──Stop──► stopped (container kept)

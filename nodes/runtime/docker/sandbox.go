@@ -37,6 +37,12 @@ type Sandbox struct {
 	gone     bool       // Shutdown ran
 	ids      *owner     // the user's numeric ids, resolved once
 	idsError error
+	// bgCancel ends the background work (removing what a hydrate
+	// replaced); nil until some starts. Shutdown cancels it and waits for
+	// bg.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 }
 
 // owner is a numeric uid and gid.
@@ -111,8 +117,32 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.gone = true
+	cancel := s.bgCancel
 	s.mu.Unlock()
+	// The container is gone, and with it what the background work was
+	// removing: end it and wait for it.
+	if cancel != nil {
+		cancel()
+	}
+	s.bg.Wait()
 	return nil
+}
+
+// goBackground runs f in a goroutine that Shutdown ends (through f's ctx)
+// and waits for; after Shutdown it does nothing.
+func (s *Sandbox) goBackground(f func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return
+	}
+	if s.bgCancel == nil {
+		// Not derived from a request's ctx: this work outlives the
+		// request that started it; Shutdown cancels it.
+		s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	}
+	ctx := s.bgCtx
+	s.bg.Go(func() { f(ctx) })
 }
 
 // Running reports whether the container runs; a removed one does not
