@@ -1,8 +1,11 @@
 package local_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,10 +18,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/nodes/runtime/runtimetest"
+	"github.com/paddock-dev/paddock/testenv"
 )
 
 func newRuntime(t *testing.T) *local.Runtime {
@@ -422,4 +427,59 @@ func TestWireMessages(t *testing.T) {
 			t.Errorf("error %d: message %q names the host directory", i, e.Message)
 		}
 	}
+}
+
+// TestStagingLeavesNothing: after an aborted stage, a failed one and a
+// commit (whose replaced workspace is removed in the background), nothing
+// is left beside the workspace but the workspace.
+func TestStagingLeavesNothing(t *testing.T) {
+	rt := newRuntime(t)
+	sbx, session := create(t, rt, nil)
+	sb := sbx.(*local.Sandbox)
+	ctx := t.Context()
+	if err := sb.WriteFile(ctx, "ro/f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := rt.WorkspaceDir("t", session)
+	if err := os.Chmod(filepath.Join(ws, "ro"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{{Name: "frozen/", Typeflag: tar.TypeDir, Mode: 0o555}, {Name: "frozen/f", Typeflag: tar.TypeReg, Mode: 0o444, Size: 1}} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tw.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, abort, err := sb.StageWorkspace(ctx, bytes.NewReader(buf.Bytes()), archive.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	abort()
+	if _, _, _, err := sb.StageWorkspace(ctx, bytes.NewReader(buf.Bytes()[:700]), archive.Limits{}); err == nil {
+		t.Errorf("StageWorkspace of a truncated archive: got nil error")
+	}
+	if _, err := sb.ImportWorkspace(ctx, bytes.NewReader(buf.Bytes()), archive.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		des, err := os.ReadDir(filepath.Dir(ws))
+		if err != nil {
+			return err
+		}
+		if len(des) != 1 || des[0].Name() != "workspace" {
+			var names []string
+			for _, de := range des {
+				names = append(names, de.Name())
+			}
+			return fmt.Errorf("beside the workspace: %q, want only workspace", names)
+		}
+		return nil
+	})
 }

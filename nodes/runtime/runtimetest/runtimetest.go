@@ -1,10 +1,12 @@
 package runtimetest
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
 	"slices"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 )
@@ -54,6 +57,8 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, opts Optio
 		{"SymlinkRule", testSymlinkRule},
 		{"SymlinkLoops", testSymlinkLoops},
 		{"LongNames", testLongNames},
+		{"ImportReadOnlyTree", testImportReadOnlyTree},
+		{"StagedImport", testStagedImport},
 		{"WorkspaceRoot", testWorkspaceRoot},
 		{"Lifecycle", testLifecycle},
 		{"StopKillsCommands", testStopKillsCommands},
@@ -628,6 +633,195 @@ func testLongNames(t *testing.T, s *suite) {
 		t.Errorf("d after the refused operations: got %q, want it empty", got)
 	}
 }
+
+// seedArchive is what the import tests restore: directories (one without
+// write permission), files with modes, an empty file and a symlink.
+func seedArchive(t *testing.T) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, m := range []struct {
+		name, data, link string
+		typ              byte
+		mode             int64
+	}{
+		{name: "src/", typ: tar.TypeDir, mode: 0o755},
+		{name: "src/main.py", typ: tar.TypeReg, mode: 0o644, data: "print(1)\n"},
+		{name: "src/run.sh", typ: tar.TypeReg, mode: 0o755, data: "#!/bin/sh\necho hi\n"},
+		{name: "frozen/", typ: tar.TypeDir, mode: 0o555},
+		{name: "frozen/f", typ: tar.TypeReg, mode: 0o444, data: "cold"},
+		{name: "empty", typ: tar.TypeReg, mode: 0o600},
+		{name: "link", typ: tar.TypeSymlink, mode: 0o777, link: "src/main.py"},
+	} {
+		h := &tar.Header{Name: m.name, Typeflag: m.typ, Mode: m.mode, Linkname: m.link, Size: int64(len(m.data)), ModTime: time.Now()}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(m.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// member is one archive member as the import tests compare it.
+type member struct {
+	typ     byte
+	mode    int64
+	content string // a file's content or a link's target
+}
+
+// members reads a tar into its members by clean name, without the root.
+func members(t *testing.T, data []byte) map[string]member {
+	t.Helper()
+	out := map[string]member{}
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := path.Clean(h.Name)
+		if name == "." {
+			continue
+		}
+		m := member{typ: h.Typeflag, mode: h.Mode & 0o7777, content: h.Linkname}
+		if m.typ == tar.TypeRegA {
+			m.typ = tar.TypeReg
+		}
+		if m.typ == tar.TypeReg {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.content = string(b)
+		}
+		out[name] = m
+	}
+}
+
+// workspace returns the workspace's members, as ExportWorkspace writes them.
+func workspace(t *testing.T, sb runtime.Sandbox) map[string]member {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := sb.ExportWorkspace(t.Context(), &buf, nil); err != nil {
+		t.Fatalf("ExportWorkspace: %v", err)
+	}
+	return members(t, buf.Bytes())
+}
+
+// wantMembers fails the test unless got and want hold the same members.
+func wantMembers(t *testing.T, what string, got, want map[string]member) {
+	t.Helper()
+	for name, w := range want {
+		if g, ok := got[name]; !ok || g != w {
+			t.Errorf("%s: member %s: got %+v (present %v), want %+v", what, name, g, ok, w)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("%s: member %s: present, want it gone", what, name)
+		}
+	}
+}
+
+// testImportReadOnlyTree: a workspace holding a tree its user cannot empty
+// (a 0555 directory with a file inside, as a command may leave it) is
+// replaced whole: the workspace ends exactly equal to the archive, and a
+// second import over the archive's own 0555 directory works too.
+func testImportReadOnlyTree(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	runOK(t, sb, "sh", "-c", "mkdir -p ro/sub && echo x > ro/sub/f && echo y > ro/f && chmod 0555 ro/sub ro && echo keep > top")
+	seed := seedArchive(t)
+	for i := range 2 {
+		st, err := sb.ImportWorkspace(t.Context(), bytes.NewReader(seed), archive.Limits{})
+		if err != nil {
+			t.Fatalf("ImportWorkspace %d: %v", i+1, err)
+		}
+		if st.Members != 7 {
+			t.Errorf("ImportWorkspace %d: got %d members, want 7", i+1, st.Members)
+		}
+		wantMembers(t, fmt.Sprintf("after import %d", i+1), workspace(t, sb), members(t, seed))
+	}
+	if got := runOK(t, sb, "cat", "link", "frozen/f"); got != "print(1)\ncold" {
+		t.Errorf("cat link frozen/f: got %q", got)
+	}
+}
+
+// Stager is implemented by sandboxes that can stage an import while the
+// archive arrives (both of Paddock's): the node swaps it in with commit
+// once the archive is whole and checked, or drops it with abort.
+type Stager interface {
+	StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error)
+}
+
+// testStagedImport: an aborted stage, a hostile archive and an archive that
+// breaks off leave the workspace exactly as it was; a committed stage
+// replaces it; a stage is committed or aborted once.
+func testStagedImport(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	stg, ok := sb.(Stager)
+	if !ok {
+		t.Skip("the sandbox does not stage imports")
+	}
+	ctx := t.Context()
+	runOK(t, sb, "sh", "-c", "mkdir -p keep/d && echo k > keep/d/f && chmod 0555 keep/d")
+	before := workspace(t, sb)
+	seed := seedArchive(t)
+
+	_, commit, abort, err := stg.StageWorkspace(ctx, bytes.NewReader(seed), archive.Limits{})
+	if err != nil {
+		t.Fatalf("StageWorkspace: %v", err)
+	}
+	wantMembers(t, "while staged", workspace(t, sb), before)
+	abort()
+	if err := commit(); err == nil {
+		t.Errorf("commit after abort: got nil, want an error")
+	}
+	wantMembers(t, "after abort", workspace(t, sb), before)
+
+	var hostile bytes.Buffer
+	tw := tar.NewWriter(&hostile)
+	for _, name := range []string{"fine", "../evil"} {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err = stg.StageWorkspace(ctx, bytes.NewReader(hostile.Bytes()), archive.Limits{})
+	wantCode(t, "StageWorkspace of a hostile archive", err, errcode.InvalidArchive)
+	_, _, _, err = stg.StageWorkspace(ctx, io.MultiReader(bytes.NewReader(seed[:1500]), failing{}), archive.Limits{})
+	if err == nil {
+		t.Errorf("StageWorkspace of an archive that breaks off: got nil error, want one")
+	}
+	wantMembers(t, "after failed stages", workspace(t, sb), before)
+
+	_, commit, abort, err = stg.StageWorkspace(ctx, bytes.NewReader(seed), archive.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	abort() // after commit: nothing
+	wantMembers(t, "after commit", workspace(t, sb), members(t, seed))
+}
+
+// failing fails every read, as a download that breaks off does.
+type failing struct{}
+
+func (failing) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
 
 func testWorkspaceRoot(t *testing.T, s *suite) {
 	sb := s.sandbox(t, nil, "/home/paddock/work")
