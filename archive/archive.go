@@ -22,6 +22,7 @@ import (
 	"io"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/paddock-dev/paddock/errcode"
 )
@@ -220,6 +221,26 @@ func Copy(w io.Writer, r io.Reader, lim Limits) (Stats, error) {
 
 // CopyAs is Copy with every member owned by uid and gid.
 func CopyAs(w io.Writer, r io.Reader, lim Limits, uid, gid int) (Stats, error) {
+	return copyUnder(w, r, lim, uid, gid, "")
+}
+
+// CopyUnder is CopyAs with the members moved under the directory dir, a
+// clean relative path ("stage", ".paddock/stage-1"): the archive first
+// writes dir and each of its parents (mode 0755, owned by uid and gid),
+// then every checked member with dir/ prepended to its name and to a
+// hardlink's target (symlink targets are relative to their link and stay
+// as they are). Extracted beside a workspace, it stages the workspace's
+// replacement in dir. Checks and stats are those of CopyAs; a dir that is
+// not a clean relative path is an error.
+func CopyUnder(w io.Writer, r io.Reader, lim Limits, uid, gid int, dir string) (Stats, error) {
+	if dir == "" || path.IsAbs(dir) || path.Clean(dir) != dir || dir == "." || dir == ".." ||
+		strings.HasPrefix(dir, "../") || strings.ContainsRune(dir, 0) {
+		return Stats{}, fmt.Errorf("archive: %q is not a clean relative directory", dir)
+	}
+	return copyUnder(w, r, lim, uid, gid, dir)
+}
+
+func copyUnder(w io.Writer, r io.Reader, lim Limits, uid, gid int, dir string) (Stats, error) {
 	lim = lim.withDefaults()
 	c := NewChecker(lim)
 	cr := &CountingReader{R: r, Limit: lim.MaxArchiveBytes}
@@ -234,6 +255,17 @@ func CopyAs(w io.Writer, r io.Reader, lim Limits, uid, gid int) (Stats, error) {
 		}
 	}
 	tw := tar.NewWriter(w)
+	if dir != "" {
+		comps := strings.Split(dir, "/")
+		for i := range comps {
+			if err := tw.WriteHeader(&tar.Header{
+				Typeflag: tar.TypeDir, Name: strings.Join(comps[:i+1], "/") + "/", Mode: 0o755,
+				Uid: uid, Gid: gid, ModTime: time.Now(), Format: tar.FormatPAX,
+			}); err != nil {
+				return c.stats, fmt.Errorf("write archive: %w", err)
+			}
+		}
+	}
 	for {
 		h, _, err := c.Next(tr)
 		if errors.Is(err, io.EOF) {
@@ -243,6 +275,12 @@ func CopyAs(w io.Writer, r io.Reader, lim Limits, uid, gid int) (Stats, error) {
 			return c.stats, err
 		}
 		h.Uid, h.Gid = uid, gid
+		if dir != "" {
+			h.Name = dir + "/" + h.Name
+			if h.Typeflag == tar.TypeLink {
+				h.Linkname = dir + "/" + h.Linkname
+			}
+		}
 		if err := tw.WriteHeader(h); err != nil {
 			return c.stats, fmt.Errorf("write archive: %w", err)
 		}

@@ -209,3 +209,78 @@ func TestRebase(t *testing.T) {
 		t.Fatalf("members = %v", names)
 	}
 }
+
+// TestCopyUnder: the checked members move under one directory, written
+// first and owned like them; hardlink targets move too, symlink targets
+// (relative to their link) do not; the result extracts to the same tree
+// one level down, and checks and stats are CopyAs's.
+func TestCopyUnder(t *testing.T) {
+	in := tarOf(t,
+		member{name: "./", typ: tar.TypeDir},
+		member{name: "d/", typ: tar.TypeDir, mode: 0o555},
+		member{name: "d/f", typ: tar.TypeReg, data: "data"},
+		member{name: "h", typ: tar.TypeLink, link: "d/f"},
+		member{name: "l", typ: tar.TypeSymlink, link: "d/f"},
+	)
+	var out bytes.Buffer
+	st, err := archive.CopyUnder(&out, bytes.NewReader(in), archive.Limits{}, 7, 8, ".hold/staging-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Members != 4 || st.Bytes != 4 { // the directories CopyUnder adds are not the archive's
+		t.Errorf("stats = %+v, want 4 members of 4 bytes", st)
+	}
+	type row struct {
+		name, link string
+		typ        byte
+		mode       int64
+		uid, gid   int
+	}
+	var got []row
+	tr := tar.NewReader(bytes.NewReader(out.Bytes()))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, row{h.Name, h.Linkname, h.Typeflag, h.Mode, h.Uid, h.Gid})
+	}
+	want := []row{
+		{".hold/", "", tar.TypeDir, 0o755, 7, 8},
+		{".hold/staging-x/", "", tar.TypeDir, 0o755, 7, 8},
+		{".hold/staging-x/d/", "", tar.TypeDir, 0o555, 7, 8},
+		{".hold/staging-x/d/f", "", tar.TypeReg, 0o644, 7, 8},
+		{".hold/staging-x/h", ".hold/staging-x/d/f", tar.TypeLink, 0o644, 7, 8},
+		{".hold/staging-x/l", "d/f", tar.TypeSymlink, 0o644, 7, 8},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("members: got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("member %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	dst, _ := openRoot(t)
+	if _, err := archive.Extract(dst, bytes.NewReader(out.Bytes()), archive.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{".hold/staging-x/d/f", ".hold/staging-x/h", ".hold/staging-x/l"} {
+		if b, err := dst.ReadFile(name); err != nil || string(b) != "data" {
+			t.Errorf("%s after extraction: %q, %v, want %q", name, b, err, "data")
+		}
+	}
+
+	bad := tarOf(t, member{name: "ok", typ: tar.TypeReg, data: "x"}, member{name: "../evil", typ: tar.TypeReg, data: "x"})
+	if _, err := archive.CopyUnder(io.Discard, bytes.NewReader(bad), archive.Limits{}, 0, 0, "s"); errcode.Of(err) != errcode.InvalidArchive {
+		t.Errorf("hostile archive: got %v, want invalid_archive", err)
+	}
+	for _, dir := range []string{"", ".", "..", "../a", "/a", "a/", "a//b", "a/../b", "a\x00"} {
+		if _, err := archive.CopyUnder(io.Discard, bytes.NewReader(in), archive.Limits{}, 0, 0, dir); err == nil {
+			t.Errorf("CopyUnder into %q: got nil error, want one", dir)
+		}
+	}
+}

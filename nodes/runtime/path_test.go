@@ -34,6 +34,15 @@ func TestRel(t *testing.T) {
 		{"", "x\x00y", ""},
 		{"/home/w/", "/home/w/a", "a"},
 		{"/home/w", "/workspace/a", ""},
+		// NAME_MAX per component, PATH_MAX less the NUL under the root.
+		{"", strings.Repeat("n", 255), strings.Repeat("n", 255)},
+		{"", "a/" + strings.Repeat("n", 256) + "/b", ""},
+		{"", "/workspace/" + strings.Repeat("n", 300), ""},
+		{"", strings.Repeat("n", 300) + "/..", "."},
+		{"", strings.Repeat("abcdefghi/", 408) + "abcd", strings.Repeat("abcdefghi/", 408) + "abcd"}, // 4084 bytes: 4095 with "/workspace/"
+		{"", strings.Repeat("abcdefghi/", 408) + "abcde", ""},
+		{"", strings.Repeat("abcdefghi/", 500), ""},
+		{"/w", strings.Repeat("abcdefghi/", 409) + "ab", strings.Repeat("abcdefghi/", 409) + "ab"},
 	} {
 		got, err := runtime.Rel(tc.root, tc.p)
 		if tc.want == "" {
@@ -62,6 +71,9 @@ func FuzzRel(f *testing.F) {
 		}
 		if got == ".." || strings.HasPrefix(got, "../") || strings.HasPrefix(got, "/") {
 			t.Fatalf("Rel(%q) = %q leaves the root", p, got)
+		}
+		if len(got) > runtime.MaxPathBytes {
+			t.Fatalf("Rel(%q) = %d bytes, over the limit", p, len(got))
 		}
 		if got != path.Clean(got) || strings.ContainsRune(got, 0) {
 			t.Fatalf("Rel(%q) = %q is not clean", p, got)

@@ -1,7 +1,10 @@
 package docker_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"sort"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/docker/docker/errdefs"
 	"github.com/google/uuid"
 
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/testenv"
@@ -215,4 +219,144 @@ func BenchmarkExecRuntime(b *testing.B) {
 	b.ReportMetric(r, "raw-p50-µs")
 	b.ReportMetric(p, "runtime-p50-µs")
 	b.ReportMetric(p-r, "overhead-p50-µs")
+}
+
+// smallArchive is a tar of a few small files and directories, the size of
+// a seeded project.
+func smallArchive(b *testing.B) []byte {
+	b.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"src/", "src/pkg/", "docs/"} {
+		if err := tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		data := bytes.Repeat([]byte{'x'}, 1000+i)
+		name := fmt.Sprintf("src/pkg/f%d.txt", i)
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// BenchmarkHydrate replaces a running sandbox's workspace with a small
+// archive (13 members, 10 KB), alternating in one container (so that
+// drift hits both alike) the former import (rm -rf of the workspace's
+// entries as the sandbox user, then one archive copy into it) with
+// ImportWorkspace (stage beside the root, then the commit's moves). The
+// staged import removes what it replaced in the background: both wait
+// until that is done, outside the timings. No NATS, no object store.
+//
+//	go test -run '^$' -bench BenchmarkHydrate -benchtime 30x ./nodes/runtime/docker/
+func BenchmarkHydrate(b *testing.B) {
+	cli, image := benchEnv(b)
+	ctx := context.Background()
+	rt := benchRuntime(b, cli)
+	sbx, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sbx.Shutdown(ctx)
+	sb := sbx.(*docker.Sandbox)
+	data := smallArchive(b)
+	former := func() error {
+		res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"/bin/sh", "-c", "rm -rf /workspace/* /workspace/.[!.]* /workspace/..?*"}})
+		if err != nil || res.ExitCode != 0 {
+			return fmt.Errorf("rm: %v, exit %d", err, res.ExitCode)
+		}
+		pr, pw := io.Pipe()
+		go func() {
+			_, err := archive.CopyAs(pw, bytes.NewReader(data), archive.Limits{}, 65534, 65534)
+			pw.CloseWithError(err)
+		}()
+		err = cli.CopyToContainer(ctx, sb.ID(), runtime.DefaultWorkspaceRoot, pr, container.CopyToContainerOptions{})
+		pr.CloseWithError(err)
+		return err
+	}
+	staged := func() error {
+		_, err := sb.ImportWorkspace(ctx, bytes.NewReader(data), archive.Limits{})
+		return err
+	}
+	settled := func() {
+		for {
+			res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", "ls -A /.paddock 2>/dev/null"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(res.Stdout) == 0 {
+				return
+			}
+		}
+	}
+	var lf, ls []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, x := range []struct {
+			fn  func() error
+			lat *[]time.Duration
+		}{{former, &lf}, {staged, &ls}} {
+			t0 := time.Now()
+			if err := x.fn(); err != nil {
+				b.Fatal(err)
+			}
+			*x.lat = append(*x.lat, time.Since(t0))
+			b.StopTimer()
+			settled()
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	p50 := func(l []time.Duration) float64 {
+		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+		return float64(l[len(l)/2].Microseconds())
+	}
+	b.ReportMetric(p50(lf), "former-p50-µs")
+	b.ReportMetric(p50(ls), "staged-p50-µs")
+}
+
+// BenchmarkRemove removes a file from a running and from a stopped
+// sandbox (which Remove starts for the rm and stops again); the file is
+// written again (through the archive endpoint, which works on a stopped
+// container) outside the timings.
+//
+//	go test -run '^$' -bench BenchmarkRemove -benchtime 20x ./nodes/runtime/docker/
+func BenchmarkRemove(b *testing.B) {
+	cli, image := benchEnv(b)
+	ctx := context.Background()
+	rt := benchRuntime(b, cli)
+	for _, stopped := range []bool{false, true} {
+		name := map[bool]string{false: "running", true: "stopped"}[stopped]
+		b.Run(name, func(b *testing.B) {
+			sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Shutdown(ctx)
+			if stopped {
+				if err := sb.Stop(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := sb.WriteFile(ctx, "f", []byte("x"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			measure(b, func() (func(), error) {
+				err := sb.Remove(ctx, "f", false)
+				return func() {
+					if err := sb.WriteFile(ctx, "f", []byte("x"), 0o644); err != nil {
+						b.Fatal(err)
+					}
+				}, err
+			})
+		})
+	}
 }

@@ -41,24 +41,42 @@
 //
 // # Files
 //
-// Every path is first confined lexically (runtime.Rel) and then resolved
-// component by component inside the container (ContainerStatPath): a
-// symlink is followed only when its target, as the daemon resolves it in
-// the container's root file system, lies inside the workspace root;
-// anything else is invalid_path. Everything inside the container is
-// treated as hostile (CVE-2018-15664): a command could swap a directory for
-// a symlink between the check and the operation, but the daemon resolves
-// every archive copy inside the container's root file system, and the
-// execs below enter their directory with cd -P and check it again, so such
-// a race reaches at most the container's own files, never the host's.
+// Every path is first confined lexically (runtime.Rel: no escape, no name
+// over 255 bytes, no path over 4,095) and then resolved component by
+// component inside the container (ContainerStatPath, which does not follow
+// a path's last component): a symlink is followed only when its target, as
+// the link's own text says it (the Linkname of the link's archive; the
+// daemon's stat reports targets already resolved), is relative and never
+// leaves the workspace on its way, the rule of the local runtime's os.Root
+// and of the archive checks. An absolute target is invalid_path even when
+// it names a path inside the workspace, and so is a loop of links. ls,
+// write and rm do not follow a symlink as the last component (ls lists it,
+// write replaces it, rm removes it); read, mkdir -p and exec's cwd do.
+// Everything inside the container is treated as hostile (CVE-2018-15664):
+// a command could swap a directory for a symlink between the check and the
+// operation, but the daemon resolves every archive copy inside the
+// container's root file system, and the execs below enter their directory
+// with cd -P and check it again, so such a race reaches at most the
+// container's own files, never the host's.
 //
 // Reads, writes and mkdir use the archive endpoints (CopyFromContainer,
 // CopyToContainer), which work on stopped containers too; written files and
 // directories belong to the sandbox user, with the mode asked for. List
 // runs one exec of sh and stat on a running sandbox (its cost does not grow
 // with the size of what lies below the directory) and reads the
-// directory's archive on a stopped one. Remove runs rm in the container
-// and needs it running.
+// directory's archive on a stopped one. Remove runs rm in the container;
+// on a stopped sandbox it starts the container for the rm and stops it
+// again, with Start, Stop and exec held off meanwhile (the API has no file
+// delete).
+//
+// # Workspaces
+//
+// ExportWorkspace reads the root's archive. StageWorkspace (which the node
+// uses for hydrate and resume, ImportWorkspace being stage and commit)
+// extracts the incoming archive as it streams into .paddock/staging-* beside
+// the workspace root, owned by the sandbox user, and its commit moves the
+// workspace's entries out and the staged ones in, all or nothing; see
+// workspace.go for why entries and not the root are moved.
 //
 // # Lifecycle
 //

@@ -167,6 +167,9 @@ func TestEngineDown(t *testing.T) {
 // engine is asked (the runtime's engine does not exist), and specs only the
 // engine can judge are refused by it with nothing left behind.
 func TestBadSpecs(t *testing.T) {
+	// The shared client is made from the environment on first use: make it
+	// before DOCKER_HOST points nowhere, in case this test runs first.
+	image := testenv.SandboxBaseImage(t)
 	t.Setenv("DOCKER_HOST", "unix://"+t.TempDir()+"/no-daemon.sock")
 	offline, err := docker.New(docker.Config{Node: "offline"})
 	if err != nil {
@@ -195,7 +198,6 @@ func TestBadSpecs(t *testing.T) {
 		wantCode(t, tc.name, err, errcode.InvalidRequest)
 	}
 
-	image := testenv.SandboxBaseImage(t)
 	rt := newRuntime(t)
 	for _, tc := range []struct {
 		name string

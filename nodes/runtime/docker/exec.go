@@ -3,12 +3,14 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -37,6 +39,13 @@ const killWait = 20 * time.Second
 // the tree (with the output captured so far), unavailable (wrapping ctx's
 // error) when ctx ended first, runtime_error when the engine fails.
 func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.ExecResult, error) {
+	return s.exec(ctx, spec, false)
+}
+
+// exec is Exec; held says that the caller holds s.life, else exec holds it
+// shared while it creates and starts the command, so that the command never
+// starts in a container that Remove started only for itself.
+func (s *Sandbox) exec(ctx context.Context, spec runtime.ExecSpec, held bool) (runtime.ExecResult, error) {
 	if len(spec.Argv) == 0 {
 		return runtime.ExecResult{}, errcode.New(errcode.InvalidRequest, "exec: empty argv")
 	}
@@ -62,14 +71,20 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 	if maxOut <= 0 {
 		maxOut = commands.MaxOutputBytes
 	}
+	if !held {
+		s.life.RLock()
+	}
 	created, err := s.r.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
 		User: user, AttachStdout: true, AttachStderr: true, Env: env, WorkingDir: cwd,
 		Cmd: append([]string{"/bin/sh", "-c", wrapperScript, "paddock-exec"}, spec.Argv...),
 	})
-	if err != nil {
-		return runtime.ExecResult{}, s.execErr(err)
+	var att types.HijackedResponse
+	if err == nil {
+		att, err = s.r.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{}) // starts it
 	}
-	att, err := s.r.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if !held {
+		s.life.RUnlock()
+	}
 	if err != nil {
 		return runtime.ExecResult{}, s.execErr(err)
 	}
@@ -106,14 +121,15 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 		StdoutTruncated: stdout.Truncated(), StderrTruncated: stderr.Truncated(),
 	}
 	if interrupted {
-		killed := "its processes were killed"
+		// Why a kill failed (the engine's text) stays in the cause.
+		killed, cause := "its processes were killed", error(nil)
 		if killErr != nil {
-			killed = "its processes could not all be killed: " + killErr.Error()
+			killed, cause = "its processes could not all be killed", killErr
 		}
 		if ctx.Err() != nil {
-			return res, errcode.Wrap(errcode.Unavailable, ctx.Err(), "exec cancelled; "+killed)
+			return res, errcode.Wrap(errcode.Unavailable, errors.Join(ctx.Err(), cause), "exec cancelled; "+killed)
 		}
-		return res, errcode.New(errcode.ExecTimeout, "command ran past its timeout of %s; %s", spec.Timeout, killed)
+		return res, errcode.Wrap(errcode.ExecTimeout, cause, fmt.Sprintf("command ran past its timeout of %s; %s", spec.Timeout, killed))
 	}
 	if hdr.pid() == 0 {
 		return res, s.notStarted(ctx, spec.User, res)
@@ -136,7 +152,7 @@ func (s *Sandbox) cwd(ctx context.Context, p string) (string, error) {
 	if p == "" {
 		return s.root, nil
 	}
-	r, err := s.resolve(ctx, p)
+	r, err := s.resolve(ctx, p, true)
 	switch {
 	case err == nil && r.missing != "":
 		err = errcode.New(errcode.NotFound, "exec: cwd %s does not exist", r.rel)
@@ -203,7 +219,8 @@ func (s *Sandbox) runningNow(ctx context.Context) bool {
 // notStarted explains an exec whose wrapper never reported its pid: the
 // engine could not start /bin/sh (a user the image does not know, no
 // /bin/sh in the image, no pid left under the limit) or the container
-// stopped first. The engine's message (never the env) goes into the error.
+// stopped first. The engine's message (never the env) goes into the
+// error's cause, for logs; the message names only the user asked for.
 func (s *Sandbox) notStarted(ctx context.Context, user string, res runtime.ExecResult) error {
 	if !s.runningNow(ctx) {
 		return errcode.New(errcode.InvalidState, "exec: the sandbox is not running")
@@ -212,10 +229,11 @@ func (s *Sandbox) notStarted(ctx context.Context, user string, res runtime.ExecR
 	if len(msg) > 300 {
 		msg = msg[:300] + "..."
 	}
+	cause := errors.New(msg)
 	if user != "" && (strings.Contains(msg, "unable to find user") || strings.Contains(msg, "unable to find group")) {
-		return errcode.New(errcode.InvalidRequest, "exec: user %q: %s", user, msg)
+		return errcode.Wrap(errcode.InvalidRequest, cause, fmt.Sprintf("exec: the image does not know user %q", user))
 	}
-	return errcode.New(errcode.RuntimeError, "exec: the container could not start /bin/sh: %s", msg)
+	return errcode.Wrap(errcode.RuntimeError, cause, "exec: the container could not start /bin/sh")
 }
 
 // execErr maps an exec create/attach failure.

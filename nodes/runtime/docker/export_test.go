@@ -10,7 +10,7 @@ import (
 // ListByExec lists p with the exec only; ok is false when List would
 // have fallen back to the archive.
 func (s *Sandbox) ListByExec(ctx context.Context, p string) (entries []commands.Entry, ok bool, err error) {
-	r, err := s.resolve(ctx, p)
+	r, err := s.resolve(ctx, p, false)
 	if err != nil {
 		return nil, false, err
 	}

@@ -1,6 +1,7 @@
 package docker_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -24,10 +25,16 @@ func TestPlantedSymlink(t *testing.T) {
 	wantCode(t, "read a relative escape", err, errcode.InvalidPath)
 	wantCode(t, "write through d/e", sb.WriteFile(ctx, "d/e/x", []byte("x"), 0o644), errcode.InvalidPath)
 	wantCode(t, "write through up", sb.WriteFile(ctx, "up/x", []byte("x"), 0o644), errcode.InvalidPath)
-	_, err = sb.List(ctx, "esc")
-	wantCode(t, "ls esc", err, errcode.InvalidPath)
-	_, err = sb.List(ctx, "d/e")
-	wantCode(t, "ls d/e", err, errcode.InvalidPath)
+	_, err = sb.List(ctx, "esc/etc")
+	wantCode(t, "ls esc/etc", err, errcode.InvalidPath)
+	_, err = sb.List(ctx, "d/e/passwd")
+	wantCode(t, "ls d/e/passwd", err, errcode.InvalidPath)
+	// The links themselves are listed, not followed.
+	for _, p := range []string{"esc", "d/e"} {
+		if entries, err := sb.List(ctx, p); err != nil || len(entries) != 1 || entries[0].Type != "symlink" {
+			t.Errorf("ls %s: got %+v, %v, want the link itself", p, entries, err)
+		}
+	}
 	wantCode(t, "rm through esc", sb.Remove(ctx, "esc/etc", true), errcode.InvalidPath)
 	wantCode(t, "rm through d/e", sb.Remove(ctx, "d/e/passwd", false), errcode.InvalidPath)
 	wantCode(t, "mkdir through esc", sb.Mkdir(ctx, "esc/new", true), errcode.InvalidPath)
@@ -38,16 +45,14 @@ func TestPlantedSymlink(t *testing.T) {
 	if err != nil || strings.Count(string(res.Stdout), "No such file") != 3 || !strings.HasSuffix(string(res.Stdout), "/etc/passwd\n") {
 		t.Fatalf("outside the workspace: %q, %v; want nothing made and /etc intact", res.Stdout, err)
 	}
-	// An absolute link that stays inside is followed.
-	if err := sb.WriteFile(ctx, "inside/f", []byte("in"), 0o644); err != nil {
-		t.Errorf("write through an absolute link inside: %v", err)
-	}
+	// An absolute link is not followed even when it stays inside.
+	wantCode(t, "write through an absolute link inside", sb.WriteFile(ctx, "inside/f", []byte("in"), 0o644), errcode.InvalidPath)
 	// The links themselves live in the workspace: removing one is fine.
 	if err := sb.Remove(ctx, "esc", false); err != nil {
 		t.Fatalf("rm the link itself: %v", err)
 	}
-	if got := sh(t, sb, "ls -d / /etc >/dev/null && ls d"); got != "e\nf\n" {
-		t.Errorf("after the removals: d holds %q, want e and f", got)
+	if got := sh(t, sb, "ls -d / /etc >/dev/null && ls d"); got != "e\n" {
+		t.Errorf("after the removals: d holds %q, want e only", got)
 	}
 }
 
@@ -119,8 +124,8 @@ func TestListHostileNames(t *testing.T) {
 	check("stopped")
 }
 
-// TestStoppedSandbox: file operations but rm work on a stopped sandbox;
-// exec and rm are invalid_state.
+// TestStoppedSandbox: file operations work on a stopped sandbox; exec is
+// invalid_state.
 func TestStoppedSandbox(t *testing.T) {
 	sb := sandbox(t)
 	ctx := t.Context()
@@ -143,7 +148,6 @@ func TestStoppedSandbox(t *testing.T) {
 	if err != nil || len(entries) != 3 {
 		t.Errorf("List while stopped: got %+v, %v, want dir, keep, m", entries, err)
 	}
-	wantCode(t, "Remove while stopped", sb.Remove(ctx, "keep", false), errcode.InvalidState)
 	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}})
 	wantCode(t, "Exec while stopped", err, errcode.InvalidState)
 	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}, Cwd: "missing"})
@@ -217,5 +221,70 @@ func TestFindSandboxes(t *testing.T) {
 	}
 	if running, err := fa.Sandbox.Running(t.Context()); running || err != nil {
 		t.Errorf("Running after Shutdown: %v, %v", running, err)
+	}
+}
+
+// TestStoppedSymlinks: a stopped sandbox's file operations apply the same
+// symlink rule (they resolve through the archive endpoints), and a link
+// that loops is listed from its directory's archive.
+func TestStoppedSymlinks(t *testing.T) {
+	sb := sandbox(t)
+	ctx := t.Context()
+	sh(t, sb, `mkdir data && echo in > data/f && ln -s "$PWD/data" abs && ln -s data rel && ln -s a b && ln -s b a`)
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := sb.ReadFile(ctx, "rel/f", 10); err != nil || string(got) != "in\n" {
+		t.Errorf("ReadFile rel/f: got %q, %v, want %q", got, err, "in\n")
+	}
+	_, _, err := sb.ReadFile(ctx, "abs/f", 10)
+	wantCode(t, "ReadFile abs/f", err, errcode.InvalidPath)
+	_, _, err = sb.ReadFile(ctx, "a/f", 10)
+	wantCode(t, "ReadFile a/f", err, errcode.InvalidPath)
+	wantCode(t, "WriteFile abs/g", sb.WriteFile(ctx, "abs/g", []byte("x"), 0o644), errcode.InvalidPath)
+	for _, p := range []string{"a", "abs", "rel"} {
+		entries, err := sb.List(ctx, p)
+		if err != nil || len(entries) != 1 || entries[0].Name != p || entries[0].Type != "symlink" {
+			t.Errorf("List %s while stopped: got %+v, %v, want the link itself", p, entries, err)
+		}
+	}
+}
+
+// TestWireMessages: what crosses the wire (an *errcode.Error's Message)
+// names workspace paths as the client gave them, never the daemon's text
+// (which names host paths) nor a command's stderr; both stay in the cause.
+func TestWireMessages(t *testing.T) {
+	sb := sandbox(t)
+	ctx := t.Context()
+	sh(t, sb, "ln -s a b && ln -s b a && mkdir ro && echo x > ro/f && chmod 0555 ro")
+	_, _, loopErr := sb.ReadFile(ctx, "a/f", 10)
+	rmErr := sb.Remove(ctx, "ro", true)
+	_, pullErr := newRuntime(t).Create(ctx, runtime.Spec{Tenant: "t", SessionID: "s", Epoch: 1, Image: "paddock/does-not-exist:nope"})
+	for _, tc := range []struct {
+		what string
+		err  error
+		code errcode.Code
+		want string
+	}{
+		{"read through a loop", loopErr, errcode.InvalidPath, "a/f"},
+		{"rm of a tree the user cannot empty", rmErr, errcode.RuntimeError, "rm ro failed"},
+		{"create from a missing image", pullErr, errcode.ImageNotFound, "paddock/does-not-exist:nope"},
+	} {
+		var e *errcode.Error
+		if !errors.As(tc.err, &e) || e.Code != tc.code {
+			t.Errorf("%s: got %v, want code %s", tc.what, tc.err, tc.code)
+			continue
+		}
+		if !strings.Contains(e.Message, tc.want) {
+			t.Errorf("%s: message %q does not name %q", tc.what, e.Message, tc.want)
+		}
+		for _, bad := range []string{"daemon", "/var/lib/docker", "overlay", "ermission denied", "/workspace/", "Error"} {
+			if strings.Contains(e.Message, bad) {
+				t.Errorf("%s: message %q holds %q", tc.what, e.Message, bad)
+			}
+		}
+		if e.Err == nil {
+			t.Errorf("%s: no cause kept for the logs", tc.what)
+		}
 	}
 }

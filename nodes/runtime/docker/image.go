@@ -28,7 +28,8 @@ func (r *Runtime) ensureImage(ctx context.Context, ref string) (string, error) {
 		if ctx.Err() != nil {
 			return "", errcode.Wrap(errcode.Unavailable, ctx.Err(), "docker: pull "+ref)
 		}
-		return "", errcode.New(errcode.ImageNotFound, "image %s is not on the node and cannot be pulled: %v", ref, perr)
+		// The daemon's pull error stays in the cause, off the wire.
+		return "", errcode.Wrap(errcode.ImageNotFound, perr, "image "+ref+" is not on the node and cannot be pulled")
 	}
 	img, err = r.cli.ImageInspect(ctx, ref)
 	if err != nil {

@@ -22,9 +22,10 @@ import (
 // entries); a larger listing falls back to the archive.
 const maxListOutput = 64 << 20
 
-// List returns a directory's entries sorted by name, or a file's (or
-// symlink's) own entry; symlinks in a directory are listed, not followed.
-// A path outside the workspace is invalid_path, a missing one not_found.
+// List returns a directory's entries sorted by name, or a file's or
+// symlink's own entry: symlinks are listed, not followed, in a directory
+// and as the last component of p alike. A path outside the workspace is
+// invalid_path, a missing one not_found.
 //
 // On a running sandbox one exec of listScript (sh and stat) reads the
 // directory's entries, whatever their size; on a stopped one, or when that
@@ -35,31 +36,54 @@ const maxListOutput = 64 << 20
 // ~52 ms for a workspace holding a 200 MB file; by archive ~40-55 ms,
 // ~330-460 ms and ~760-800 ms.
 func (s *Sandbox) List(ctx context.Context, p string) ([]commands.Entry, error) {
-	r, err := s.resolve(ctx, p)
+	r, err := s.resolve(ctx, p, false)
 	if err != nil {
 		return nil, err
 	}
-	if r.missing != "" {
+	switch {
+	case r.missing != "":
 		return nil, errcode.New(errcode.NotFound, "ls: %s does not exist", r.rel)
-	}
-	if !r.stat.Mode.IsDir() {
-		f := r.final
+	case r.unresolvable:
+		return s.listLink(ctx, r)
+	case !r.stat.Mode.IsDir():
+		f := r.stat
 		return []commands.Entry{{
 			Name: path.Base(r.rel), Type: entryType(f.Mode), Size: f.Size,
 			Mode: uint32(f.Mode.Perm()), ModTime: f.Mtime.UTC(),
 		}}, nil
 	}
-	out, ok, err := s.listExec(ctx, r)
+	out, err := s.listDir(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
-		if out, err = s.listArchive(ctx, r); err != nil {
-			return nil, err
-		}
-	}
 	slices.SortFunc(out, func(a, b commands.Entry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// listDir lists the directory r, by exec when it can, else by archive.
+func (s *Sandbox) listDir(ctx context.Context, r resolved) ([]commands.Entry, error) {
+	out, ok, err := s.listExec(ctx, r)
+	if err != nil || ok {
+		return out, err
+	}
+	return s.listArchive(ctx, r)
+}
+
+// listLink returns the entry of a symlink the daemon cannot stat (a loop
+// of links), taken from its directory's listing.
+func (s *Sandbox) listLink(ctx context.Context, r resolved) ([]commands.Entry, error) {
+	name := path.Base(r.abs)
+	dir := resolved{rel: path.Dir(r.rel), abs: path.Dir(r.abs)}
+	entries, err := s.listDir(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if e.Name == name {
+			return []commands.Entry{e}, nil
+		}
+	}
+	return nil, errcode.New(errcode.NotFound, "ls: %s does not exist", r.rel)
 }
 
 // listScript runs as sh -c listScript paddock-ls <dir> <root>. From inside

@@ -26,10 +26,23 @@ type Sandbox struct {
 	root string // workspace root inside the container
 	user string // the container's user, as Docker was given it
 
+	// life orders the container's state changes: Start, Stop and Remove on
+	// a stopped sandbox (which starts the container for its rm and stops it
+	// again) hold it; exec holds it shared while it creates and starts a
+	// command. Shutdown does not wait for it: removing the container ends
+	// whatever holds it.
+	life sync.RWMutex
+
 	mu       sync.Mutex // guards the fields below
 	gone     bool       // Shutdown ran
 	ids      *owner     // the user's numeric ids, resolved once
 	idsError error
+	// bgCancel ends the background work (removing what a hydrate
+	// replaced); nil until some starts. Shutdown cancels it and waits for
+	// bg.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 }
 
 // owner is a numeric uid and gid.
@@ -57,6 +70,8 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if err := s.checkNotGone("start"); err != nil {
 		return err
 	}
+	s.life.Lock()
+	defer s.life.Unlock()
 	if err := s.r.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 		if errdefs.IsNotFound(err) {
 			return errcode.New(errcode.InvalidState, "start: the container is gone")
@@ -74,6 +89,13 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	if err := s.checkNotGone("stop"); err != nil {
 		return err
 	}
+	s.life.Lock()
+	defer s.life.Unlock()
+	return s.stopContainer(ctx)
+}
+
+// stopContainer stops the container; s.life must be held.
+func (s *Sandbox) stopContainer(ctx context.Context) error {
 	secs := int(s.r.cfg.StopTimeout / time.Second)
 	if err := s.r.cli.ContainerStop(ctx, s.id, container.StopOptions{Timeout: &secs}); err != nil {
 		if errdefs.IsNotFound(err) {
@@ -95,8 +117,32 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.gone = true
+	cancel := s.bgCancel
 	s.mu.Unlock()
+	// The container is gone, and with it what the background work was
+	// removing: end it and wait for it.
+	if cancel != nil {
+		cancel()
+	}
+	s.bg.Wait()
 	return nil
+}
+
+// goBackground runs f in a goroutine that Shutdown ends (through f's ctx)
+// and waits for; after Shutdown it does nothing.
+func (s *Sandbox) goBackground(f func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return
+	}
+	if s.bgCancel == nil {
+		// Not derived from a request's ctx: this work outlives the
+		// request that started it; Shutdown cancels it.
+		s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	}
+	ctx := s.bgCtx
+	s.bg.Go(func() { f(ctx) })
 }
 
 // Running reports whether the container runs; a removed one does not

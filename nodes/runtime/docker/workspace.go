@@ -2,8 +2,13 @@ package docker
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
 	"io"
+	"path"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -12,6 +17,249 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 )
+
+// A hydrate stages the new workspace beside the old one and then swaps
+// their entries:
+//
+//	<parent>/<root>                      the workspace
+//	<parent>/.paddock/staging-<random>   the archive, extracted as it arrives
+//	<parent>/.paddock/old-<random>       what a hydrate replaced, until removed
+//
+// where <parent> is the workspace root's parent directory and .paddock is a
+// directory of the sandbox user's that every stage (re)makes so (the
+// daemon's extraction sets its owner). The commit, one exec as the sandbox
+// user, who owns all of these, moves the workspace's entries into
+// <staging>/.paddock-old-<random>, then the staging directory's entries
+// into the workspace, one rename each; a directory without write permission
+// (0555) is made writable for its move, which rewrites its "..", and given
+// its mode back. If any move fails, everything is moved back and the
+// workspace is as it was. The staging directory, now holding only the old
+// entries, is renamed old-<random>, and the old-* directories are removed
+// in the background (made writable first: the owner can then delete
+// everything it owns; what it cannot stays there, outside the workspace,
+// and the next hydrate's cleanup tries again). Processes whose cwd was in
+// a moved directory keep it, and survive its removal.
+//
+// The workspace root itself is never renamed, as swapping whole trees
+// would: on the overlay file systems Docker uses, a directory that comes
+// from an image layer (as /workspace does in Paddock's base image) cannot
+// be renamed. The kernel's overlayfs answers EXDEV unless redirect_dir is
+// on, and mv then copies and deletes instead: measured on this engine
+// (fuse-overlayfs), the "renamed" root came out with a new inode, owned by
+// whoever ran mv, and its source could not be fully deleted; and after a
+// rename of a root the container had made over the image's, fuse-overlayfs
+// showed the image's directory again at the old name, so that the second
+// rename moved the new tree into it. Renaming in the parent would also need
+// a user who may write it (uid 0, who has no capabilities but owns "/");
+// moving entries needs only the sandbox user. Entries the container made
+// (everything a hydrate, a write or a command makes) are renamed in place.
+// An image that ships directories inside the workspace root is the
+// exception: moving those may copy, and a hydrate that cannot move an
+// entry fails with the workspace as it was.
+
+const (
+	holderName    = ".paddock"
+	stagingPrefix = "staging-"
+	oldPrefix     = "old-"
+)
+
+// commitScript runs as sh -c commitScript paddock-commit <root> <staging>
+// <old> <aside>, as the sandbox user: the workspace's entries go to
+// <staging>/<aside>, a name no member of the archive has, and <old> is the
+// staging directory's name once it holds only them. Exit codes: 0 swapped; 3 nothing
+// changed (a directory is missing or not one); 4 failed and everything was
+// moved back; 5 failed and not everything could be moved back. The mode of
+// a directory is read from ls -ld: busybox's test -w is true for uid 0,
+// capabilities or not.
+const commitScript = `root=$1 new=$2 old=$2/$4
+exists() { [ -e "$1" ] || [ -L "$1" ]; }
+ownerw() { case $(ls -ld -- "$1" 2>/dev/null) in ??w*) return 0;; esac; return 1; }
+move() {
+  exists "$2" && return 1
+  if [ -d "$1" ] && [ ! -L "$1" ] && ! ownerw "$1"; then
+    chmod u+w -- "$1" 2>/dev/null || return 1
+    if mv -f -- "$1" "$2" 2>/dev/null && ! exists "$1"; then chmod u-w -- "$2"; return 0; fi
+    exists "$1" && chmod u-w -- "$1"
+    return 1
+  fi
+  mv -f -- "$1" "$2" 2>/dev/null && ! exists "$1"
+}
+finish() {
+  [ -n "$ro" ] && chmod u-w -- "$root"
+  exit "$1"
+}
+rollback() {
+  st=4
+  if [ "$phase" = 2 ]; then
+    cd -P -- "$root" || finish 5
+    for e in * .[!.]* ..?*; do exists "$e" && { move "$root/$e" "$new/$e" || st=5; }; done
+  fi
+  cd -P -- "$old" || finish 5
+  for e in * .[!.]* ..?*; do exists "$e" && { move "$old/$e" "$root/$e" || st=5; }; done
+  finish "$st"
+}
+[ -d "$root" ] && [ ! -L "$root" ] && [ -d "$new" ] && [ ! -L "$new" ] || exit 3
+exists "$old" && exit 3
+mkdir -- "$old" 2>/dev/null || exit 3
+ro= phase=1
+if ! ownerw "$root"; then chmod u+w -- "$root" 2>/dev/null && ro=1; fi
+cd -P -- "$root" || finish 3
+for e in * .[!.]* ..?*; do
+  exists "$e" || continue
+  move "$root/$e" "$old/$e" || rollback
+done
+phase=2
+cd -P -- "$new" || rollback
+for e in * .[!.]* ..?*; do
+  exists "$e" || continue
+  [ "$e" = "$4" ] && continue
+  move "$new/$e" "$root/$e" || rollback
+done
+mv -f -- "$new" "$3" 2>/dev/null
+finish 0
+`
+
+// removeTreesScript runs as sh -c removeTreesScript paddock-rmtree
+// <holder> <prefix>...: it removes every entry of holder whose name starts
+// with one of the prefixes, making what it owns writable first, and exits
+// 1 if any is left.
+const removeTreesScript = `cd -P -- "$1" 2>/dev/null || exit 0
+shift
+left=0
+for p; do
+  for d in "$p"*; do
+    [ -e "$d" ] || [ -L "$d" ] || continue
+    chmod -R u+w -- "$d" 2>/dev/null
+    rm -rf -- "$d" 2>/dev/null
+    if [ -e "$d" ] || [ -L "$d" ]; then left=1; fi
+  done
+done
+exit "$left"
+`
+
+// StageWorkspace extracts the archive r, member by member as archive checks
+// them and as it arrives (one archive copy streamed through a pipe), into a
+// staging directory beside the workspace root, owned by the sandbox user;
+// the container may be stopped. commit swaps the staging directory's
+// entries in place of the workspace's (the sandbox must be running: the
+// moves run in an exec) and removes the old ones in the background; abort
+// removes the staging directory. Either may be called once, and only one of
+// them. On an error nothing is left (the staging directory is removed, best
+// effort) and the workspace is untouched: invalid_archive for a member that
+// fails the checks, the codes of Exec for the execs, runtime_error when the
+// engine fails or an entry cannot be moved.
+func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error) {
+	if err := s.checkNotGone("hydrate"); err != nil {
+		return archive.Stats{}, nil, nil, err
+	}
+	o, err := s.owner(ctx)
+	if err != nil {
+		return archive.Stats{}, nil, nil, err
+	}
+	parent := path.Dir(s.root)
+	name := stagingPrefix + rand.Text()
+	pr, pw := io.Pipe()
+	type result struct {
+		st  archive.Stats
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { // ends when r is drained or the copy below stops reading
+		st, err := archive.CopyUnder(pw, r, lim, o.uid, o.gid, holderName+"/"+name)
+		pw.CloseWithError(err)
+		done <- result{st, err}
+	}()
+	cerr := s.r.cli.CopyToContainer(ctx, s.id, parent, pr, container.CopyToContainerOptions{})
+	pr.CloseWithError(cerr)
+	out := <-done
+	if out.err != nil || cerr != nil {
+		s.discard(ctx, name)
+		if out.err != nil {
+			return out.st, nil, nil, out.err
+		}
+		return out.st, nil, nil, s.r.wrap(cerr, "hydrate: extract the archive")
+	}
+	var used atomic.Bool
+	commit := func() error {
+		if used.Swap(true) {
+			return errcode.New(errcode.Internal, "hydrate: the staged workspace was already committed or aborted")
+		}
+		return s.swapIn(ctx, name)
+	}
+	abort := func() {
+		if !used.Swap(true) {
+			s.discard(ctx, name)
+		}
+	}
+	return out.st, commit, abort, nil
+}
+
+// ImportWorkspace replaces the workspace's contents with the archive r:
+// StageWorkspace, then its commit. The sandbox must be running.
+func (s *Sandbox) ImportWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, error) {
+	st, commit, _, err := s.StageWorkspace(ctx, r, lim)
+	if err != nil {
+		return st, err
+	}
+	if err := commit(); err != nil {
+		return archive.Stats{}, err
+	}
+	return st, nil
+}
+
+// swapIn runs commitScript for the staging directory name and removes
+// what it replaced in the background, or removes the staging directory now
+// when the swap failed. The script runs to its end even when ctx ends: a
+// kill half way would leave the workspace half swapped.
+func (s *Sandbox) swapIn(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	defer cancel()
+	holder := path.Join(path.Dir(s.root), holderName)
+	res, err := s.Exec(ctx, runtime.ExecSpec{
+		Argv: []string{"/bin/sh", "-c", commitScript, "paddock-commit", s.root,
+			path.Join(holder, name), path.Join(holder, oldPrefix+rand.Text()), ".paddock-old-" + rand.Text()},
+		Timeout: 5 * time.Minute, MaxOutput: 4 << 10,
+	})
+	if err == nil && res.ExitCode == 0 {
+		// Sweeps the old-* of earlier hydrates too, and name should the
+		// rename to old-* have failed.
+		s.goBackground(func(ctx context.Context) { s.removeTrees(ctx, name, oldPrefix) })
+		return nil
+	}
+	if err != nil {
+		s.discard(ctx, name)
+		return err
+	}
+	// What the moves printed names container paths: it stays in the cause.
+	cause := errors.New(strings.TrimSpace(string(res.Stderr)))
+	if res.ExitCode == 5 {
+		// Some of the old entries are still in the staging directory:
+		// it is kept for whoever looks.
+		return errcode.Wrap(errcode.RuntimeError, cause, "hydrate: the staged workspace could not be swapped in, and not all of the old one could be moved back; the rest is kept beside the workspace root")
+	}
+	s.discard(ctx, name)
+	return errcode.Wrap(errcode.RuntimeError, cause, fmt.Sprintf("hydrate: the staged workspace could not be swapped in (exit %d); the workspace is as it was", res.ExitCode))
+}
+
+// discard removes the staging directory name now, best effort, under its
+// own bound: it also runs when the hydrate's ctx has ended.
+func (s *Sandbox) discard(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	defer cancel()
+	s.removeTrees(ctx, name)
+}
+
+// removeTrees removes the entries of the holder directory whose names
+// start with one of the prefixes, as the sandbox user, who owns the holder
+// and what a hydrate extracted. What it cannot remove stays, outside the
+// workspace.
+func (s *Sandbox) removeTrees(ctx context.Context, prefixes ...string) {
+	_, _ = s.Exec(ctx, runtime.ExecSpec{
+		Argv: append([]string{"/bin/sh", "-c", removeTreesScript, "paddock-rmtree",
+			path.Join(path.Dir(s.root), holderName)}, prefixes...),
+		Timeout: 5 * time.Minute, MaxOutput: 4 << 10,
+	})
+}
 
 // ExportWorkspace streams the workspace out of the container (the archive
 // endpoint; the container may be stopped) as workspace-relative members.
@@ -29,51 +277,4 @@ func (s *Sandbox) ExportWorkspace(ctx context.Context, w io.Writer, skip archive
 		return st, errcode.Wrap(errcode.RuntimeError, err, "export workspace")
 	}
 	return st, nil
-}
-
-// ImportWorkspace empties the workspace (rm in the container as the
-// sandbox user: the sandbox must be running) and copies in the members of
-// r that pass archive's checks, owned by the sandbox user. The copy streams
-// through a pipe.
-func (s *Sandbox) ImportWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, error) {
-	o, err := s.owner(ctx)
-	if err != nil {
-		return archive.Stats{}, err
-	}
-	q := shellQuote(s.root)
-	res, err := s.Exec(ctx, runtime.ExecSpec{
-		Argv: []string{"/bin/sh", "-c", "rm -rf " + q + "/* " + q + "/.[!.]* " + q + "/..?*"}, Timeout: 5 * time.Minute, MaxOutput: 4 << 10,
-	})
-	if err != nil {
-		return archive.Stats{}, err
-	}
-	if res.ExitCode != 0 {
-		return archive.Stats{}, errcode.New(errcode.RuntimeError, "empty workspace: %s", strings.TrimSpace(string(res.Stderr)))
-	}
-	pr, pw := io.Pipe()
-	type result struct {
-		st  archive.Stats
-		err error
-	}
-	done := make(chan result, 1)
-	go func() { // ends when r is drained or the copy below stops reading
-		st, err := archive.CopyAs(pw, r, lim, o.uid, o.gid)
-		pw.CloseWithError(err)
-		done <- result{st, err}
-	}()
-	cerr := s.r.cli.CopyToContainer(ctx, s.id, s.root, pr, container.CopyToContainerOptions{})
-	pr.CloseWithError(cerr)
-	out := <-done
-	if out.err != nil {
-		return out.st, out.err
-	}
-	if cerr != nil {
-		return out.st, s.r.wrap(cerr, "import workspace")
-	}
-	return out.st, nil
-}
-
-// shellQuote quotes s for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

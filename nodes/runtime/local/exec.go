@@ -111,6 +111,12 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 		if errors.As(err, &se) {
 			return runtime.ExecResult{}, err
 		}
+		// The cwd vanished or changed after it was checked; the error
+		// names its host path, which stays in the cause.
+		var pe *fs.PathError
+		if errors.As(err, &pe) && pe.Op == "chdir" {
+			return runtime.ExecResult{}, errcode.Wrap(errcode.NotFound, err, fmt.Sprintf("exec: cwd %q cannot be entered", spec.Cwd))
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return notRunnable(spec.Argv[0], 127, "command not found"), nil
 		}

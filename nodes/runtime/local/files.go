@@ -129,24 +129,21 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, r io.Reader, size
 	return nil
 }
 
-// List returns a directory's entries sorted by name, or a file's own entry.
-// Symlinks inside the directory are listed as such, not followed. A path
-// outside the workspace is invalid_path, a missing one not_found.
+// List returns a directory's entries sorted by name, or a file's or
+// symlink's own entry: symlinks are listed, not followed, in a directory
+// and as the last component of p alike. A path outside the workspace is
+// invalid_path, a missing one not_found.
 func (s *Sandbox) List(ctx context.Context, p string) ([]commands.Entry, error) {
 	root, rel, err := s.resolve(p)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := root.Stat(rel)
+	fi, err := root.Lstat(rel)
 	if err != nil {
 		return nil, s.fsErr(err, rel, "ls")
 	}
 	if !fi.IsDir() {
-		lfi, err := root.Lstat(rel)
-		if err != nil {
-			return nil, s.fsErr(err, rel, "ls")
-		}
-		return []commands.Entry{entry(lfi)}, nil
+		return []commands.Entry{entry(fi)}, nil
 	}
 	d, err := root.Open(rel)
 	if err != nil {
@@ -179,19 +176,15 @@ func (s *Sandbox) ListPage(ctx context.Context, p, after string, limit int) ([]c
 	if err != nil {
 		return nil, false, err
 	}
-	fi, err := root.Stat(rel)
+	fi, err := root.Lstat(rel) // a symlink lists itself, as in List
 	if err != nil {
 		return nil, false, s.fsErr(err, rel, "ls")
 	}
 	if !fi.IsDir() {
-		lfi, err := root.Lstat(rel)
-		if err != nil {
-			return nil, false, s.fsErr(err, rel, "ls")
-		}
-		if after != "" && lfi.Name() <= after {
+		if after != "" && fi.Name() <= after {
 			return nil, false, nil
 		}
-		return []commands.Entry{entry(lfi)}, false, nil
+		return []commands.Entry{entry(fi)}, false, nil
 	}
 	d, err := root.Open(rel)
 	if err != nil {
@@ -269,9 +262,10 @@ func (s *Sandbox) Remove(ctx context.Context, p string, recursive bool) error {
 }
 
 // Mkdir makes a directory, mode 0755. With parents it makes missing parents
-// and accepts an existing directory; without, a missing parent is not_found.
-// An existing entry (any existing one without parents) is already_exists; a
-// path outside the workspace is invalid_path.
+// and accepts an existing directory (following a symlink to judge it);
+// without, a missing parent is not_found. An existing entry (any existing
+// one, a symlink included, without parents) is already_exists; a path
+// outside the workspace is invalid_path.
 func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
 	root, rel, err := s.resolve(p)
 	if err != nil {
@@ -283,7 +277,13 @@ func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
 	if rel == "." {
 		return errcode.New(errcode.AlreadyExists, "mkdir: the workspace root exists")
 	}
-	return s.fsErr(root.Mkdir(rel, 0o755), rel, "mkdir")
+	err = root.Mkdir(rel, 0o755)
+	if errors.Is(err, fs.ErrExist) && !s.escapes(path.Dir(rel)) {
+		// The entry exists in the workspace: a symlink is not followed to
+		// say so, whatever its target.
+		return errcode.New(errcode.AlreadyExists, "mkdir: %s already exists", rel)
+	}
+	return s.fsErr(err, rel, "mkdir")
 }
 
 // resolve returns the workspace root and p relative to it.
@@ -300,11 +300,17 @@ func (s *Sandbox) resolve(p string) (*os.Root, string, error) {
 }
 
 // fsErr maps a file system error on rel to a coded error. An escape is
-// recognised by resolving rel's symlinks, not by the error's text.
+// recognised by resolving rel's symlinks, not by the error's text. A name
+// or path too long, or a loop of symbolic links, is invalid_path, as on
+// every runtime.
 func (s *Sandbox) fsErr(err error, rel, op string) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return errcode.Wrap(errcode.InvalidPath, err, op+": "+rel+": a name or path is too long")
+	case errors.Is(err, syscall.ELOOP):
+		return errcode.Wrap(errcode.InvalidPath, err, op+": "+rel+": too many levels of symbolic links")
 	case s.escapes(rel):
 		return errcode.New(errcode.InvalidPath, "%s: %s leads outside the workspace", op, rel)
 	case errors.Is(err, os.ErrClosed): // Shutdown closed the root meanwhile

@@ -138,7 +138,8 @@ func checkComponent(what, s string) error {
 func openWorkspace(ws string) (*os.Root, error) {
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, errcode.New(errcode.AlreadyExists, "workspace %s already exists", ws)
+			// ws is a host path: it stays in the cause.
+			return nil, errcode.Wrap(errcode.AlreadyExists, err, "the session's workspace already exists")
 		}
 		return nil, errcode.Wrap(errcode.RuntimeError, err, "create workspace")
 	}

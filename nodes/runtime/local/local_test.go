@@ -1,6 +1,8 @@
 package local_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,10 +19,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/nodes/runtime/runtimetest"
+	"github.com/paddock-dev/paddock/testenv"
 )
 
 func newRuntime(t *testing.T) *local.Runtime {
@@ -260,9 +264,15 @@ func TestSymlinksInsideAreFollowed(t *testing.T) {
 			t.Errorf("ReadFile %s: got %q, %v, want %q, nil", p, got, err, "inside")
 		}
 	}
+	// ls lists a symlink as the last component itself, and follows one on
+	// the way.
 	entries, err := sb.List(ctx, "dlink")
-	if err != nil || len(entries) != 2 || entries[0].Name != "a.txt" || entries[1].Type != "symlink" {
-		t.Errorf("List dlink: got %+v, %v, want a.txt and the symlink self", entries, err)
+	if err != nil || len(entries) != 1 || entries[0].Name != "dlink" || entries[0].Type != "symlink" {
+		t.Errorf("List dlink: got %+v, %v, want the symlink dlink itself", entries, err)
+	}
+	entries, err = sb.List(ctx, "dlink/self/self")
+	if err != nil || len(entries) != 1 || entries[0].Name != "self" || entries[0].Type != "symlink" {
+		t.Errorf("List dlink/self/self: got %+v, %v, want the symlink self itself", entries, err)
 	}
 	if res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"cat", "a.txt"}, Cwd: "dlink"}); err != nil || string(res.Stdout) != "inside" {
 		t.Errorf("cat in dlink: got %q, %v, want %q, nil", res.Stdout, err, "inside")
@@ -409,4 +419,111 @@ func TestListPage(t *testing.T) {
 	if _, _, err := sb.ListPage(ctx, "../x", "", 10); errcode.Of(err) != errcode.InvalidPath {
 		t.Fatalf("outside: got %v, want invalid_path", err)
 	}
+}
+
+// TestLongLinkTarget: a symlink whose target holds a name over 255 bytes
+// (the kernel's ENAMETOOLONG when it is followed) is invalid_path, not a
+// retryable runtime_error.
+func TestLongLinkTarget(t *testing.T) {
+	sb, _ := create(t, newRuntime(t), nil)
+	ctx := t.Context()
+	if res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"ln", "-s", strings.Repeat("n", 300), "long"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("ln: %+v, %v", res, err)
+	}
+	_, _, err := sb.ReadFile(ctx, "long", 10)
+	wantCode(t, "ReadFile long", err, errcode.InvalidPath)
+	wantCode(t, "Mkdir -p long/x", sb.Mkdir(ctx, "long/x", true), errcode.InvalidPath)
+	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}, Cwd: "long"})
+	wantCode(t, "Exec in long", err, errcode.InvalidPath)
+}
+
+// TestWireMessages: error messages (what crosses the wire) name workspace
+// paths as the client gave them, never the sandbox's host directory.
+func TestWireMessages(t *testing.T) {
+	rt := newRuntime(t)
+	sb, session := create(t, rt, nil)
+	ctx := t.Context()
+	ws := rt.WorkspaceDir("t", session)
+	if res, err := sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"sh", "-c", `ln -s a b && ln -s b a && ln -s "$PWD" abs && ln -s "` + strings.Repeat("n", 300) + `" long && mkdir d`}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("setup: %+v, %v", res, err)
+	}
+	var errs []error
+	_, _, err := sb.ReadFile(ctx, "a/x", 10)
+	errs = append(errs, err)
+	_, _, err = sb.ReadFile(ctx, "abs/d", 10)
+	errs = append(errs, err)
+	_, _, err = sb.ReadFile(ctx, "long", 10)
+	errs = append(errs, err)
+	_, err = sb.List(ctx, "missing")
+	errs = append(errs, err)
+	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: []string{"true"}, Cwd: "abs"})
+	errs = append(errs, err)
+	errs = append(errs, sb.Mkdir(ctx, "d", false), sb.WriteFile(ctx, "d", nil, 0), sb.Remove(ctx, "a/x", false))
+	_, err = rt.Create(ctx, runtime.Spec{Tenant: "t", SessionID: session})
+	errs = append(errs, err)
+	for i, err := range errs {
+		var e *errcode.Error
+		if !errors.As(err, &e) {
+			t.Errorf("error %d: got %v, want an *errcode.Error", i, err)
+			continue
+		}
+		if strings.Contains(e.Message, ws) || strings.Contains(e.Message, filepath.Dir(filepath.Dir(ws))) {
+			t.Errorf("error %d: message %q names the host directory", i, e.Message)
+		}
+	}
+}
+
+// TestStagingLeavesNothing: after an aborted stage, a failed one and a
+// commit (whose replaced workspace is removed in the background), nothing
+// is left beside the workspace but the workspace.
+func TestStagingLeavesNothing(t *testing.T) {
+	rt := newRuntime(t)
+	sbx, session := create(t, rt, nil)
+	sb := sbx.(*local.Sandbox)
+	ctx := t.Context()
+	if err := sb.WriteFile(ctx, "ro/f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := rt.WorkspaceDir("t", session)
+	if err := os.Chmod(filepath.Join(ws, "ro"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{{Name: "frozen/", Typeflag: tar.TypeDir, Mode: 0o555}, {Name: "frozen/f", Typeflag: tar.TypeReg, Mode: 0o444, Size: 1}} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tw.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, abort, err := sb.StageWorkspace(ctx, bytes.NewReader(buf.Bytes()), archive.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	abort()
+	if _, _, _, err := sb.StageWorkspace(ctx, bytes.NewReader(buf.Bytes()[:700]), archive.Limits{}); err == nil {
+		t.Errorf("StageWorkspace of a truncated archive: got nil error")
+	}
+	if _, err := sb.ImportWorkspace(ctx, bytes.NewReader(buf.Bytes()), archive.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		des, err := os.ReadDir(filepath.Dir(ws))
+		if err != nil {
+			return err
+		}
+		if len(des) != 1 || des[0].Name() != "workspace" {
+			var names []string
+			for _, de := range des {
+				names = append(names, de.Name())
+			}
+			return fmt.Errorf("beside the workspace: %q, want only workspace", names)
+		}
+		return nil
+	})
 }

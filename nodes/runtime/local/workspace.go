@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
@@ -26,31 +26,27 @@ func (s *Sandbox) ExportWorkspace(ctx context.Context, w io.Writer, skip archive
 	return st, nil
 }
 
-// ImportWorkspace empties the workspace and extracts the archive r into it
-// through the sandbox's os.Root, member by member as archive checks them.
+// ImportWorkspace replaces the workspace's contents with the archive r:
+// StageWorkspace, then its commit, so that a bad archive or a tree that
+// cannot be emptied leaves the workspace as it was.
 func (s *Sandbox) ImportWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, error) {
-	root, err := s.fsRoot()
+	st, commit, _, err := s.StageWorkspace(ctx, r, lim)
 	if err != nil {
+		return st, err
+	}
+	if err := commit(); err != nil {
 		return archive.Stats{}, err
 	}
-	des, err := fs.ReadDir(root.FS(), ".")
-	if err != nil {
-		return archive.Stats{}, errcode.Wrap(errcode.RuntimeError, err, "read workspace")
-	}
-	for _, de := range des {
-		if err := root.RemoveAll(de.Name()); err != nil {
-			return archive.Stats{}, errcode.Wrap(errcode.RuntimeError, err, "empty workspace")
-		}
-	}
-	return archive.Extract(root, r, lim)
+	return st, nil
 }
 
 // StageWorkspace extracts the archive r, member by member as archive
 // checks them, into a staging directory beside the workspace, so that it
 // can run while the archive is still arriving. commit swaps the staging
 // directory in place of the workspace (the old one is removed); abort
-// removes it. On an error nothing is left and the workspace is untouched.
-// The replaced workspace is removed in the background; Shutdown waits.
+// removes it. Either may be called once, and only one of them. On an error nothing is left and the workspace is untouched.
+// The replaced workspace is removed in the background (directories without
+// write permission made writable first); Shutdown waits.
 func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error) {
 	if _, err := s.fsRoot(); err != nil {
 		return archive.Stats{}, nil, nil, err
@@ -59,7 +55,7 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 	if err := os.Mkdir(staging, 0o755); err != nil {
 		return archive.Stats{}, nil, nil, errcode.Wrap(errcode.RuntimeError, err, "staging directory")
 	}
-	abort := func() { _ = os.RemoveAll(staging) }
+	abort := func() { _ = removeTree(staging) }
 	root, err := os.OpenRoot(staging)
 	if err != nil {
 		abort()
@@ -71,7 +67,11 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 		abort()
 		return st, nil, nil, err
 	}
+	var used atomic.Bool // commit or abort, once
 	commit := func() error {
+		if used.Swap(true) {
+			return errcode.New(errcode.Internal, "hydrate: the staged workspace was already committed or aborted")
+		}
 		s.mu.Lock()
 		if s.state == stateShutDown {
 			s.mu.Unlock()
@@ -104,9 +104,13 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 		oldRoot.Close()
 		go func() {
 			defer s.cleanups.Done()
-			_ = os.RemoveAll(old)
+			_ = removeTree(old) // makes 0555 directories writable if it must
 		}()
 		return nil
 	}
-	return st, commit, abort, nil
+	return st, commit, func() {
+		if !used.Swap(true) {
+			abort()
+		}
+	}, nil
 }

@@ -1,10 +1,14 @@
 package runtimetest
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 )
@@ -49,6 +54,11 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, opts Optio
 		{"RemoveAndMkdir", testRemoveAndMkdir},
 		{"PathEscapes", testPathEscapes},
 		{"SymlinkEscapes", testSymlinkEscapes},
+		{"SymlinkRule", testSymlinkRule},
+		{"SymlinkLoops", testSymlinkLoops},
+		{"LongNames", testLongNames},
+		{"ImportReadOnlyTree", testImportReadOnlyTree},
+		{"StagedImport", testStagedImport},
 		{"WorkspaceRoot", testWorkspaceRoot},
 		{"Lifecycle", testLifecycle},
 		{"StopKillsCommands", testStopKillsCommands},
@@ -432,9 +442,11 @@ func testSymlinkEscapes(t *testing.T, s *suite) {
 	wantCode(t, "WriteFile up/x", sb.WriteFile(ctx, "up/x", []byte("x"), 0o644), errcode.InvalidPath)
 	wantCode(t, "Mkdir escape"+outside+"-w", sb.Mkdir(ctx, "escape"+outside+"-w", true), errcode.InvalidPath)
 	wantCode(t, "Remove escape"+outside, sb.Remove(ctx, "escape"+outside, false), errcode.InvalidPath)
-	for _, p := range []string{"escape", "escape/etc", "up"} {
-		_, err := sb.List(ctx, p)
-		wantCode(t, "List "+p, err, errcode.InvalidPath)
+	_, err = sb.List(ctx, "escape/etc")
+	wantCode(t, "List escape/etc", err, errcode.InvalidPath)
+	// A symlink as the last component is listed, not followed.
+	for _, p := range []string{"escape", "up", "pw"} {
+		wantLink(t, sb, p)
 	}
 	_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: sh("pwd"), Cwd: "escape/tmp"})
 	wantCode(t, "Exec in escape/tmp", err, errcode.InvalidPath)
@@ -447,6 +459,369 @@ func testSymlinkEscapes(t *testing.T, s *suite) {
 		t.Errorf("%s: got %q, want %q", outside, got, "keep\n")
 	}
 }
+
+// wantLink fails the test unless List of p returns the symlink p itself.
+func wantLink(t *testing.T, sb runtime.Sandbox, p string) {
+	t.Helper()
+	entries, err := sb.List(t.Context(), p)
+	if err != nil || len(entries) != 1 || entries[0].Type != "symlink" || entries[0].Name != path.Base(p) {
+		t.Errorf("List %s: got %+v, %v, want the symlink %s itself", p, entries, err, path.Base(p))
+	}
+}
+
+// testSymlinkRule: every runtime follows a symlink only when its target is
+// relative and, resolved from the link's directory, never leaves the
+// workspace (the rule of os.Root and of the archive checks). An absolute
+// target is refused even when it names a path inside the workspace.
+func testSymlinkRule(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	write(t, sb, "data/f.txt", []byte("inside"), 0o644)
+	if err := sb.Mkdir(ctx, "data/sub", false); err != nil {
+		t.Fatalf("Mkdir data/sub: %v", err)
+	}
+	// $PWD is the workspace root as the sandbox's processes see it, so the
+	// absolute links below name paths inside the workspace on every runtime.
+	runOK(t, sb, "sh", "-c", `ln -s "$PWD/data" abs && ln -s "$PWD/data/f.txt" absf && mkdir sub && ln -s "$PWD/data" sub/abs &&
+ln -s data rel && ln -s data/f.txt relf && ln -s rel chain && ln -s ../data sub/up && ln -s "../$(basename "$PWD")/data" back`)
+
+	// Absolute targets, though they name the workspace's own data.
+	for _, p := range []string{"absf", "abs/f.txt", "sub/abs/f.txt"} {
+		_, _, err := sb.ReadFile(ctx, p, 1<<20)
+		wantCode(t, "ReadFile "+p, err, errcode.InvalidPath)
+	}
+	for _, p := range []string{"abs/sub", "sub/abs/sub"} {
+		_, err := sb.List(ctx, p)
+		wantCode(t, "List "+p, err, errcode.InvalidPath)
+	}
+	for _, p := range []string{"abs/new.txt", "sub/abs/new.txt", "abs/sub/new.txt"} {
+		wantCode(t, "WriteFile "+p, sb.WriteFile(ctx, p, []byte("x"), 0o644), errcode.InvalidPath)
+	}
+	wantCode(t, "Mkdir abs/m", sb.Mkdir(ctx, "abs/m", false), errcode.InvalidPath)
+	wantCode(t, "Mkdir -p abs/m/n", sb.Mkdir(ctx, "abs/m/n", true), errcode.InvalidPath)
+	wantCode(t, "Mkdir -p abs", sb.Mkdir(ctx, "abs", true), errcode.InvalidPath)
+	wantCode(t, "Mkdir abs", sb.Mkdir(ctx, "abs", false), errcode.AlreadyExists)
+	wantCode(t, "Remove abs/f.txt", sb.Remove(ctx, "abs/f.txt", false), errcode.InvalidPath)
+	wantCode(t, "Remove -r abs/sub", sb.Remove(ctx, "abs/sub", true), errcode.InvalidPath)
+	for _, cwd := range []string{"abs", "abs/sub", "sub/abs"} {
+		_, err := sb.Exec(ctx, runtime.ExecSpec{Argv: sh("pwd"), Cwd: cwd})
+		wantCode(t, "Exec in "+cwd, err, errcode.InvalidPath)
+	}
+	// A relative target that leaves the workspace on its way back in.
+	_, _, err := sb.ReadFile(ctx, "back/f.txt", 1<<20)
+	wantCode(t, "ReadFile back/f.txt", err, errcode.InvalidPath)
+	wantCode(t, "WriteFile back/x", sb.WriteFile(ctx, "back/x", []byte("x"), 0o644), errcode.InvalidPath)
+	// Nothing was written, made or removed through them.
+	if got := runOK(t, sb, "sh", "-c", "cd data && ls -A"); got != "f.txt\nsub\n" {
+		t.Errorf("data after the refused operations: got %q, want f.txt and sub only", got)
+	}
+
+	// Relative targets inside the workspace are followed.
+	for _, p := range []string{"relf", "rel/f.txt", "chain/f.txt", "sub/up/f.txt", "chain/sub/../f.txt"} {
+		got, _, err := sb.ReadFile(ctx, p, 1<<20)
+		if err != nil || string(got) != "inside" {
+			t.Errorf("ReadFile %s: got %q, %v, want %q, nil", p, got, err, "inside")
+		}
+	}
+	write(t, sb, "rel/w.txt", []byte("through"), 0o644)
+	write(t, sb, "sub/up/sub/w2.txt", []byte("through"), 0o644)
+	if err := sb.Mkdir(ctx, "chain/m", false); err != nil {
+		t.Errorf("Mkdir chain/m: %v", err)
+	}
+	if err := sb.Mkdir(ctx, "rel", true); err != nil {
+		t.Errorf("Mkdir -p rel (a link to a directory): %v", err)
+	}
+	res := run(t, sb, runtime.ExecSpec{Argv: []string{"cat", "f.txt", "w.txt"}, Cwd: "sub/up"})
+	if got := string(res.Stdout); got != "insidethrough" {
+		t.Errorf("cat in sub/up: got %q, want %q", got, "insidethrough")
+	}
+	entries, err := sb.List(ctx, "rel/sub")
+	if err != nil || len(entries) != 1 || entries[0].Name != "w2.txt" {
+		t.Errorf("List rel/sub: got %+v, %v, want w2.txt", entries, err)
+	}
+	if err := sb.Remove(ctx, "chain/w.txt", false); err != nil {
+		t.Errorf("Remove chain/w.txt: %v", err)
+	}
+	if got := runOK(t, sb, "sh", "-c", "cd data && ls -A"); got != "f.txt\nm\nsub\n" {
+		t.Errorf("data after the operations through links: got %q, want f.txt, m and sub", got)
+	}
+
+	// A symlink as the last component of ls is the link itself, whatever
+	// its target.
+	for _, p := range []string{"abs", "absf", "rel", "chain", "sub/up", "back", "rel/../rel"} {
+		wantLink(t, sb, p)
+	}
+}
+
+// testSymlinkLoops: a loop of symlinks is invalid_path for every operation
+// that has to go through it (ELOOP), never a runtime error; the links
+// themselves can be listed and removed.
+func testSymlinkLoops(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	runOK(t, sb, "sh", "-c", "ln -s a b && ln -s b a && ln -s self self && mkdir d && ln -s ../a d/a")
+	for _, p := range []string{"a", "self", "d/a"} {
+		_, _, err := sb.ReadFile(ctx, p, 1<<20)
+		wantCode(t, "ReadFile "+p, err, errcode.InvalidPath)
+		// Without parents an existing entry is already_exists, link or
+		// not; with them it must be followed to be judged a directory.
+		wantCode(t, "Mkdir "+p, sb.Mkdir(ctx, p, false), errcode.AlreadyExists)
+		wantCode(t, "Mkdir -p "+p, sb.Mkdir(ctx, p, true), errcode.InvalidPath)
+		_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: sh("pwd"), Cwd: p})
+		wantCode(t, "Exec in "+p, err, errcode.InvalidPath)
+		under := p + "/x"
+		_, _, err = sb.ReadFile(ctx, under, 1<<20)
+		wantCode(t, "ReadFile "+under, err, errcode.InvalidPath)
+		wantCode(t, "WriteFile "+under, sb.WriteFile(ctx, under, []byte("x"), 0o644), errcode.InvalidPath)
+		_, err = sb.List(ctx, under)
+		wantCode(t, "List "+under, err, errcode.InvalidPath)
+		wantCode(t, "Mkdir -p "+under, sb.Mkdir(ctx, under, true), errcode.InvalidPath)
+		wantCode(t, "Remove "+under, sb.Remove(ctx, under, false), errcode.InvalidPath)
+		wantCode(t, "Remove -r "+under, sb.Remove(ctx, under, true), errcode.InvalidPath)
+		_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: sh("pwd"), Cwd: under})
+		wantCode(t, "Exec in "+under, err, errcode.InvalidPath)
+		wantLink(t, sb, p)
+	}
+	// Writing onto a looping link replaces it, as onto any link; removing
+	// one removes the link.
+	write(t, sb, "self", []byte("no longer a link"), 0o644)
+	if got, _, err := sb.ReadFile(ctx, "self", 100); err != nil || string(got) != "no longer a link" {
+		t.Errorf("ReadFile self after writing it: got %q, %v", got, err)
+	}
+	if err := sb.Remove(ctx, "d/a", false); err != nil {
+		t.Errorf("Remove the link d/a: %v", err)
+	}
+	if got := runOK(t, sb, "sh", "-c", "ls -A d; test -L a && test -L b && echo links"); got != "links\n" {
+		t.Errorf("after the removal: got %q, want d empty and a, b still links", got)
+	}
+}
+
+// testLongNames: a name over 255 bytes, a path over 4,095 bytes and a
+// symlink whose target holds a name over 255 bytes are invalid_path
+// (ENAMETOOLONG) for every operation, never a runtime error.
+func testLongNames(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	ctx := t.Context()
+	long := strings.Repeat("n", 300)
+	runOK(t, sb, "sh", "-c", "mkdir d && ln -s "+long+" longlink && ln -s d/"+long+"/x longdir")
+	for _, p := range []string{
+		long, "d/" + long, runtime.DefaultWorkspaceRoot + "/" + long + "/f",
+		strings.Repeat("abcdefghi/", 500), // 5,000 bytes
+		"longlink", "longdir/y",
+	} {
+		what := func(op string) string { return fmt.Sprintf("%s %.40s... (%d bytes)", op, p, len(p)) }
+		_, _, err := sb.ReadFile(ctx, p, 1<<20)
+		wantCode(t, what("ReadFile"), err, errcode.InvalidPath)
+		_, err = sb.List(ctx, p+"/x")
+		wantCode(t, what("List"), err, errcode.InvalidPath)
+		wantCode(t, what("Mkdir -p"), sb.Mkdir(ctx, p, true), errcode.InvalidPath)
+		wantCode(t, what("Mkdir -p"), sb.Mkdir(ctx, p+"/x", true), errcode.InvalidPath)
+		_, err = sb.Exec(ctx, runtime.ExecSpec{Argv: sh("pwd"), Cwd: p})
+		wantCode(t, what("Exec in"), err, errcode.InvalidPath)
+		if p == "longlink" {
+			// The link itself exists: mkdir without parents, writing
+			// onto it or removing it does not follow it.
+			wantCode(t, what("Mkdir"), sb.Mkdir(ctx, p, false), errcode.AlreadyExists)
+			continue
+		}
+		wantCode(t, what("Mkdir"), sb.Mkdir(ctx, p, false), errcode.InvalidPath)
+		wantCode(t, what("WriteFile"), sb.WriteFile(ctx, p, []byte("x"), 0o644), errcode.InvalidPath)
+		wantCode(t, what("Remove"), sb.Remove(ctx, p, false), errcode.InvalidPath)
+		wantCode(t, what("Remove -r"), sb.Remove(ctx, p, true), errcode.InvalidPath)
+	}
+	if got := runOK(t, sb, "sh", "-c", "ls -A d"); got != "" {
+		t.Errorf("d after the refused operations: got %q, want it empty", got)
+	}
+}
+
+// seedArchive is what the import tests restore: directories (one without
+// write permission), files with modes, an empty file and a symlink.
+func seedArchive(t *testing.T) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, m := range []struct {
+		name, data, link string
+		typ              byte
+		mode             int64
+	}{
+		{name: "src/", typ: tar.TypeDir, mode: 0o755},
+		{name: "src/main.py", typ: tar.TypeReg, mode: 0o644, data: "print(1)\n"},
+		{name: "src/run.sh", typ: tar.TypeReg, mode: 0o755, data: "#!/bin/sh\necho hi\n"},
+		{name: "frozen/", typ: tar.TypeDir, mode: 0o555},
+		{name: "frozen/f", typ: tar.TypeReg, mode: 0o444, data: "cold"},
+		{name: "empty", typ: tar.TypeReg, mode: 0o600},
+		{name: "link", typ: tar.TypeSymlink, mode: 0o777, link: "src/main.py"},
+	} {
+		h := &tar.Header{Name: m.name, Typeflag: m.typ, Mode: m.mode, Linkname: m.link, Size: int64(len(m.data)), ModTime: time.Now()}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(m.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// member is one archive member as the import tests compare it.
+type member struct {
+	typ     byte
+	mode    int64
+	content string // a file's content or a link's target
+}
+
+// members reads a tar into its members by clean name, without the root.
+func members(t *testing.T, data []byte) map[string]member {
+	t.Helper()
+	out := map[string]member{}
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := path.Clean(h.Name)
+		if name == "." {
+			continue
+		}
+		m := member{typ: h.Typeflag, mode: h.Mode & 0o7777, content: h.Linkname}
+		if m.typ == tar.TypeRegA {
+			m.typ = tar.TypeReg
+		}
+		if m.typ == tar.TypeReg {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.content = string(b)
+		}
+		out[name] = m
+	}
+}
+
+// workspace returns the workspace's members, as ExportWorkspace writes them.
+func workspace(t *testing.T, sb runtime.Sandbox) map[string]member {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := sb.ExportWorkspace(t.Context(), &buf, nil); err != nil {
+		t.Fatalf("ExportWorkspace: %v", err)
+	}
+	return members(t, buf.Bytes())
+}
+
+// wantMembers fails the test unless got and want hold the same members.
+func wantMembers(t *testing.T, what string, got, want map[string]member) {
+	t.Helper()
+	for name, w := range want {
+		if g, ok := got[name]; !ok || g != w {
+			t.Errorf("%s: member %s: got %+v (present %v), want %+v", what, name, g, ok, w)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("%s: member %s: present, want it gone", what, name)
+		}
+	}
+}
+
+// testImportReadOnlyTree: a workspace holding a tree its user cannot empty
+// (a 0555 directory with a file inside, as a command may leave it) is
+// replaced whole: the workspace ends exactly equal to the archive, and a
+// second import over the archive's own 0555 directory works too.
+func testImportReadOnlyTree(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	runOK(t, sb, "sh", "-c", "mkdir -p ro/sub && echo x > ro/sub/f && echo y > ro/f && chmod 0555 ro/sub ro && echo keep > top")
+	seed := seedArchive(t)
+	for i := range 2 {
+		st, err := sb.ImportWorkspace(t.Context(), bytes.NewReader(seed), archive.Limits{})
+		if err != nil {
+			t.Fatalf("ImportWorkspace %d: %v", i+1, err)
+		}
+		if st.Members != 7 {
+			t.Errorf("ImportWorkspace %d: got %d members, want 7", i+1, st.Members)
+		}
+		wantMembers(t, fmt.Sprintf("after import %d", i+1), workspace(t, sb), members(t, seed))
+	}
+	if got := runOK(t, sb, "cat", "link", "frozen/f"); got != "print(1)\ncold" {
+		t.Errorf("cat link frozen/f: got %q", got)
+	}
+}
+
+// Stager is implemented by sandboxes that can stage an import while the
+// archive arrives (both of Paddock's): the node swaps it in with commit
+// once the archive is whole and checked, or drops it with abort.
+type Stager interface {
+	StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error)
+}
+
+// testStagedImport: an aborted stage, a hostile archive and an archive that
+// breaks off leave the workspace exactly as it was; a committed stage
+// replaces it; a stage is committed or aborted once.
+func testStagedImport(t *testing.T, s *suite) {
+	sb := s.sandbox(t, nil, "")
+	stg, ok := sb.(Stager)
+	if !ok {
+		t.Skip("the sandbox does not stage imports")
+	}
+	ctx := t.Context()
+	runOK(t, sb, "sh", "-c", "mkdir -p keep/d && echo k > keep/d/f && chmod 0555 keep/d")
+	before := workspace(t, sb)
+	seed := seedArchive(t)
+
+	_, commit, abort, err := stg.StageWorkspace(ctx, bytes.NewReader(seed), archive.Limits{})
+	if err != nil {
+		t.Fatalf("StageWorkspace: %v", err)
+	}
+	wantMembers(t, "while staged", workspace(t, sb), before)
+	abort()
+	if err := commit(); err == nil {
+		t.Errorf("commit after abort: got nil, want an error")
+	}
+	wantMembers(t, "after abort", workspace(t, sb), before)
+
+	var hostile bytes.Buffer
+	tw := tar.NewWriter(&hostile)
+	for _, name := range []string{"fine", "../evil"} {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err = stg.StageWorkspace(ctx, bytes.NewReader(hostile.Bytes()), archive.Limits{})
+	wantCode(t, "StageWorkspace of a hostile archive", err, errcode.InvalidArchive)
+	_, _, _, err = stg.StageWorkspace(ctx, io.MultiReader(bytes.NewReader(seed[:1500]), failing{}), archive.Limits{})
+	if err == nil {
+		t.Errorf("StageWorkspace of an archive that breaks off: got nil error, want one")
+	}
+	wantMembers(t, "after failed stages", workspace(t, sb), before)
+
+	_, commit, abort, err = stg.StageWorkspace(ctx, bytes.NewReader(seed), archive.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	abort() // after commit: nothing
+	wantMembers(t, "after commit", workspace(t, sb), members(t, seed))
+}
+
+// failing fails every read, as a download that breaks off does.
+type failing struct{}
+
+func (failing) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
 
 func testWorkspaceRoot(t *testing.T, s *suite) {
 	sb := s.sandbox(t, nil, "/home/paddock/work")
