@@ -85,6 +85,11 @@ func TestDockerReattach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if evs := sessionEvents(t, st, "default", s.SessionID); len(evs) < 2 {
+		t.Fatalf("%d events after create", len(evs))
+	} else if d, err := events.DecodeData[events.StatusFinish](evs[1]); err != nil || len(d.ContainerID) < 12 {
+		t.Fatalf("create finish data = %+v, %v; want the container's id", d, err)
+	}
 	if _, err := st.Client.WriteFile(ctx, s.SessionID, "notes.txt", []byte("kept"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -143,8 +143,9 @@ func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, sna
 }
 
 // stager is a runtime sandbox that can extract an archive beside its
-// workspace while the archive arrives and swap it in afterwards (the local
-// runtime).
+// workspace while the archive arrives and swap it in afterwards, all or
+// nothing (both built-in runtimes). restore falls back to a checked
+// temporary file and ImportWorkspace for a runtime that is not one.
 type stager interface {
 	StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error)
 }

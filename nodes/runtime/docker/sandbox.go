@@ -63,6 +63,10 @@ func (s *Sandbox) checkNotGone(op string) error {
 	return nil
 }
 
+// ContainerID returns the Docker id of the sandbox's container; the node
+// records it in the create's (and a re-creating resume's) finish event.
+func (s *Sandbox) ContainerID() string { return s.id }
+
 // Start starts a stopped container; a running one is left alone. After
 // Shutdown, or when the container was removed behind the runtime's back,
 // it is invalid_state; an engine failure is runtime_error.
