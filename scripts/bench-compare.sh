@@ -4,7 +4,7 @@
 # alternately, ROUNDS times each, so both meet the same machine load. The
 # raw outputs go to OUT (default /tmp/paddock-bench), and benchstat, when
 # installed (go install golang.org/x/perf/cmd/benchstat@latest), prints
-# the comparison.
+# the comparison. Which side runs first alternates from round to round.
 #
 #   scripts/bench-compare.sh BASE [PKG:BENCH:BENCHTIME ...]
 #
@@ -33,7 +33,11 @@ for spec in "${specs[@]}"; do
   : >"$out/base$name.txt"
   : >"$out/head$name.txt"
   for i in $(seq "$rounds"); do
-    for side in base head; do
+    # Alternate which side goes first, so neither always meets the
+    # machine warmed up by the other.
+    order="base head"
+    [ $((i % 2)) -eq 0 ] && order="head base"
+    for side in $order; do
       dir=$([ "$side" = base ] && echo "$wt" || pwd)
       (cd "$dir/$pkg" && "$out/$side$name.test" -test.run '^$' -test.bench "$bench" -test.benchtime "$benchtime" -test.count 1) \
         | tee -a "$out/$side$name.txt" | grep -E '^Benchmark' | sed "s/^/$side round $i: /"
