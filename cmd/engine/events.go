@@ -186,9 +186,12 @@ func formatEvent(ev events.Event) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s  %-36s %4d  %-8s %-6s", ev.TS.Local().Format("15:04:05.000"), ev.SessionID, ev.Seq, ev.Op, ev.Phase)
 	if ev.Phase == events.PhaseFinish {
-		if ev.OK != nil && *ev.OK {
+		switch {
+		case ev.OK != nil && *ev.OK:
 			b.WriteString(" ok")
-		} else {
+		case ev.ErrorCode == "" && ev.ExitCode != nil:
+			b.WriteString(" nonzero") // the command ran and exited non-zero
+		default:
 			fmt.Fprintf(&b, " FAILED %s", ev.ErrorCode)
 		}
 		if ev.DurationMS != nil {

@@ -261,3 +261,21 @@ func TestHelpListsEveryOp(t *testing.T) {
 		}
 	}
 }
+
+// TestFormatEvent: a command that exited non-zero is not shown as a
+// failed operation; a failure shows its code.
+func TestFormatEvent(t *testing.T) {
+	ok, notOK, code, dur := true, false, 3, 1.5
+	ran := events.Event{Op: "exec", Phase: events.PhaseFinish, OK: &notOK, ExitCode: &code, DurationMS: &dur}
+	if got := formatEvent(ran); !strings.Contains(got, " nonzero 1.5ms exit=3") || strings.Contains(got, "FAILED") {
+		t.Errorf("exit 3: %q", got)
+	}
+	failed := events.Event{Op: "exec", Phase: events.PhaseFinish, OK: &notOK, ErrorCode: "exec_timeout"}
+	if got := formatEvent(failed); !strings.Contains(got, " FAILED exec_timeout") {
+		t.Errorf("timeout: %q", got)
+	}
+	done := events.Event{Op: "read", Phase: events.PhaseFinish, OK: &ok}
+	if got := formatEvent(done); !strings.Contains(got, " ok") {
+		t.Errorf("ok: %q", got)
+	}
+}
