@@ -24,6 +24,7 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated sections of architecture.md")
@@ -57,7 +58,7 @@ func TestGeneratedTables(t *testing.T) {
 				text = text[:i+len(begin)] + want + text[j:]
 				continue
 			}
-			t.Errorf("the %s table of %s differs from the code (go test ./docs -update rewrites it):\n%s", name, doc, firstDiff(got, want))
+			t.Errorf("the %s table of %s differs from the code (go test ./docs -update rewrites it):\n%s", name, doc, testenv.FirstDiff(got, want))
 		}
 	}
 	if *update {
@@ -309,21 +310,4 @@ func jsonType(t reflect.Type) string {
 		return t.Name()
 	}
 	return t.String()
-}
-
-func firstDiff(got, want string) string {
-	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
-	for i := 0; i < len(g) || i < len(w); i++ {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			return fmt.Sprintf("line %d:\n  doc  %s\n  code %s", i+1, gl, wl)
-		}
-	}
-	return ""
 }

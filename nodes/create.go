@@ -37,13 +37,18 @@ func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
 }
 
 func validatePlacement(p *commands.Placement) error {
-	if err := commands.CheckToken("tenant", p.Tenant); err != nil {
-		return err
-	}
-	if err := commands.CheckToken("session_id", p.SessionID); err != nil {
+	if err := checkSessionIDs(p.Tenant, p.SessionID); err != nil {
 		return err
 	}
 	return p.Spec.Validate()
+}
+
+// checkSessionIDs checks the tenant and session id of a placement.
+func checkSessionIDs(tenant, id string) error {
+	if err := commands.CheckToken("tenant", tenant); err != nil {
+		return err
+	}
+	return commands.CheckToken("session_id", id)
 }
 
 // createRecord is the create's start data for spec on runtime rtName.

@@ -50,20 +50,7 @@ func dockerRuntime(t *testing.T, node string) *docker.Runtime {
 // closes it.
 func startAgent(t *testing.T, st *testenv.Stack, cfg nodes.Config, rt runtime.Runtime) *nodes.Agent {
 	t.Helper()
-	nc := testenv.Connect(t, st.Broker.ClientURL())
-	a, err := nodes.New(nc, events.NewLog(testenv.JetStream(t, nc), "", ""), cfg, nil, rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(testenv.Context(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = a.Close(ctx)
-	})
-	return a
+	return testenv.StartAgent(t, st.Broker.ClientURL(), cfg, rt)
 }
 
 // TestDockerReattach: a node agent that stops (its sandboxes stay) and

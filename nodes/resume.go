@@ -176,10 +176,7 @@ func (a *Agent) handleResumePlacement(ctx context.Context, m *nats.Msg) {
 }
 
 func validateResumePlacement(p *commands.ResumePlacement) error {
-	if err := commands.CheckToken("tenant", p.Tenant); err != nil {
-		return err
-	}
-	if err := commands.CheckToken("session_id", p.SessionID); err != nil {
+	if err := checkSessionIDs(p.Tenant, p.SessionID); err != nil {
 		return err
 	}
 	args := commands.ResumeArgs{SecretEnv: p.SecretEnv}

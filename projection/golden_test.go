@@ -8,11 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projection"
+	"github.com/paddock-dev/paddock/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the replays")
@@ -151,27 +151,10 @@ func TestGoldenReplays(t *testing.T) {
 				t.Fatalf("%v (run with -update to create it)", err)
 			}
 			if !bytes.Equal(got, want) {
-				t.Errorf("replay of %s differs from %s (run with -update after checking the diff):\n%s", name, golden, firstDiff(got, want))
+				t.Errorf("replay of %s differs from %s (run with -update after checking the diff):\n%s", name, golden, testenv.FirstDiff(string(got), string(want)))
 			}
 		})
 	}
-}
-
-func firstDiff(got, want []byte) string {
-	g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
-	for i := 0; i < len(g) || i < len(w); i++ {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			return "line " + itoa(i+1) + ":\n  got  " + gl + "\n  want " + wl
-		}
-	}
-	return ""
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }

@@ -19,7 +19,6 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
-	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/projection"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/scheduler"
@@ -463,28 +462,10 @@ func TestCloseWaitsForHandlers(t *testing.T) {
 	}
 }
 
-// startAgent starts a node agent with a local runtime over its own TCP
-// connection; it is closed when the test ends.
+// startAgent starts a real node agent with a local runtime on st's server.
 func startAgent(t *testing.T, st *testenv.Stack, cfg nodes.Config) *nodes.Agent {
 	t.Helper()
-	rt, err := local.New(local.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc := testenv.Connect(t, st.Broker.ClientURL())
-	a, err := nodes.New(nc, events.NewLog(testenv.JetStream(t, nc), "", ""), cfg, nil, rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(testenv.Context(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = a.Close(ctx)
-	})
-	return a
+	return testenv.StartAgent(t, st.Broker.ClientURL(), cfg)
 }
 
 func waitForNodes(t *testing.T, s *scheduler.Scheduler, ids ...string) {

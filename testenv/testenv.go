@@ -165,21 +165,7 @@ func StartStack(t testing.TB, opts StackOptions) *Stack {
 		cfg.ID = "node-1"
 	}
 	// The node connects over TCP like a separate agent-node process would.
-	nodeConn := Connect(t, st.Broker.ClientURL())
-	st.Agent, err = nodes.New(nodeConn, events.NewLog(JetStream(t, nodeConn), "", ""), cfg, nil, rts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := st.Agent.Close(cctx); err != nil {
-			t.Errorf("close agent: %v", err)
-		}
-	})
+	st.Agent = StartAgent(t, st.Broker.ClientURL(), cfg, rts...)
 	Eventually(t, 10*time.Second, func() error {
 		if len(st.Scheduler.Nodes()) == 0 {
 			return fmt.Errorf("scheduler knows no node yet")
@@ -187,4 +173,35 @@ func StartStack(t testing.TB, opts StackOptions) *Stack {
 		return nil
 	})
 	return st
+}
+
+// StartAgent starts a node agent with rts (a local runtime in a temporary
+// directory when none is given) on its own TCP connection to url, as a
+// separate agent-node process would run, and closes it when the test ends.
+func StartAgent(t testing.TB, url string, cfg nodes.Config, rts ...runtime.Runtime) *nodes.Agent {
+	t.Helper()
+	if len(rts) == 0 {
+		rt, err := local.New(local.Config{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts = []runtime.Runtime{rt}
+	}
+	nc := Connect(t, url)
+	a, err := nodes.New(nc, events.NewLog(JetStream(t, nc), "", ""), cfg, nil, rts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(Context(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The test's context is done when cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Close(ctx); err != nil {
+			t.Errorf("close agent %s: %v", cfg.ID, err)
+		}
+	})
+	return a
 }

@@ -271,10 +271,10 @@ func TestListAfterRestart(t *testing.T) {
 // resumes, `replay --verify` is clean and no event was applied twice.
 func TestKill9UnderLoad(t *testing.T) {
 	bin := testenv.BuildBinary(t, "./cmd/engine")
-	dir := t.TempDir()
+	dir, sandboxes := t.TempDir(), t.TempDir()
 	startEngine := func() (string, *exec.Cmd, *syncBuffer) {
 		t.Helper()
-		cmd := exec.Command(bin, "serve", "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local")
+		cmd := exec.Command(bin, "serve", "--state-dir", dir, "--sandbox-dir", sandboxes, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local")
 		logs := &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		if err := cmd.Start(); err != nil {

@@ -136,3 +136,22 @@ type Found struct {
 	// Sandbox drives it, exactly as the one Create returned did.
 	Sandbox Sandbox
 }
+
+// StageFunc extracts an archive beside a sandbox's workspace and returns
+// what it holds, the commit that swaps it in and the abort that drops it
+// (the StageWorkspace method of both built-in runtimes).
+type StageFunc func(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error)
+
+// ImportStaged is ImportWorkspace through a runtime's staging: stage,
+// then commit, so a bad archive or a tree that cannot be emptied leaves
+// the workspace as it was.
+func ImportStaged(ctx context.Context, stage StageFunc, r io.Reader, lim archive.Limits) (archive.Stats, error) {
+	st, commit, _, err := stage(ctx, r, lim)
+	if err != nil {
+		return st, err
+	}
+	if err := commit(); err != nil {
+		return archive.Stats{}, err
+	}
+	return st, nil
+}

@@ -197,14 +197,7 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 // ImportWorkspace replaces the workspace's contents with the archive r:
 // StageWorkspace, then its commit. The sandbox must be running.
 func (s *Sandbox) ImportWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, error) {
-	st, commit, _, err := s.StageWorkspace(ctx, r, lim)
-	if err != nil {
-		return st, err
-	}
-	if err := commit(); err != nil {
-		return archive.Stats{}, err
-	}
-	return st, nil
+	return runtime.ImportStaged(ctx, s.StageWorkspace, r, lim)
 }
 
 // swapIn runs commitScript for the staging directory name and removes

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"strings"
 	"testing"
 	"time"
@@ -18,82 +17,19 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
+	"github.com/paddock-dev/paddock/nodes/runtime/runtimetest"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
 // entry is one member of a workspace archive, as compared here.
-type entry struct {
-	typ     byte
-	mode    int64
-	content string // a file's content or a link's target
-}
+type entry = testenv.TarMember
 
-// members reads a tar into its members by clean name, leaving out the
-// root entry.
-func members(t *testing.T, data []byte) map[string]entry {
-	t.Helper()
-	out := map[string]entry{}
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := path.Clean(h.Name)
-		if name == "." {
-			continue
-		}
-		e := entry{typ: h.Typeflag, mode: h.Mode & 0o7777, content: h.Linkname}
-		if e.typ == tar.TypeRegA {
-			e.typ = tar.TypeReg
-		}
-		if e.typ == tar.TypeReg {
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.content = string(b)
-		}
-		out[name] = e
-	}
-}
+// members reads a tar into its members by clean name.
+func members(t *testing.T, data []byte) map[string]entry { return testenv.TarMembers(t, data) }
 
-// seedArchive is the archive the hydrate tests restore: directories (one
-// read-only), files with modes, a symlink and an empty file.
-func seedArchive(t *testing.T) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, m := range []struct {
-		name, data, link string
-		typ              byte
-		mode             int64
-	}{
-		{name: "./", typ: tar.TypeDir, mode: 0o755},
-		{name: "src/", typ: tar.TypeDir, mode: 0o755},
-		{name: "src/main.py", typ: tar.TypeReg, mode: 0o644, data: "print(1)\n"},
-		{name: "src/run.sh", typ: tar.TypeReg, mode: 0o755, data: "#!/bin/sh\necho hi\n"},
-		{name: "frozen/", typ: tar.TypeDir, mode: 0o555},
-		{name: "frozen/f", typ: tar.TypeReg, mode: 0o444, data: "cold"},
-		{name: "empty", typ: tar.TypeReg, mode: 0o600},
-		{name: "link", typ: tar.TypeSymlink, mode: 0o777, link: "src/main.py"},
-	} {
-		h := &tar.Header{Name: m.name, Typeflag: m.typ, Mode: m.mode, Linkname: m.link, Size: int64(len(m.data)), ModTime: time.Now()}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(m.data)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
+// seedArchive is the archive the hydrate tests restore (the contract
+// suite's).
+func seedArchive(t *testing.T) []byte { return runtimetest.SeedArchive(t) }
 
 // wantWorkspace fails the test unless sb's workspace holds exactly the
 // members of want (names, types, permission bits, contents, link targets),

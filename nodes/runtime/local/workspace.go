@@ -10,6 +10,7 @@ import (
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
 )
 
 // ExportWorkspace writes the workspace directory as a tar of
@@ -30,14 +31,7 @@ func (s *Sandbox) ExportWorkspace(ctx context.Context, w io.Writer, skip archive
 // StageWorkspace, then its commit, so that a bad archive or a tree that
 // cannot be emptied leaves the workspace as it was.
 func (s *Sandbox) ImportWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, error) {
-	st, commit, _, err := s.StageWorkspace(ctx, r, lim)
-	if err != nil {
-		return st, err
-	}
-	if err := commit(); err != nil {
-		return archive.Stats{}, err
-	}
-	return st, nil
+	return runtime.ImportStaged(ctx, s.StageWorkspace, r, lim)
 }
 
 // StageWorkspace extracts the archive r, member by member as archive

@@ -19,6 +19,7 @@ import (
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/testenv"
 )
 
 // Tenant is the tenant of every sandbox the suite creates.
@@ -634,9 +635,10 @@ func testLongNames(t *testing.T, s *suite) {
 	}
 }
 
-// seedArchive is what the import tests restore: directories (one without
-// write permission), files with modes, an empty file and a symlink.
-func seedArchive(t *testing.T) []byte {
+// SeedArchive is what the import tests restore: directories (one without
+// write permission), files with modes, an empty file and a symlink. A
+// runtime's own tests may restore it too.
+func SeedArchive(t *testing.T) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -668,43 +670,7 @@ func seedArchive(t *testing.T) []byte {
 }
 
 // member is one archive member as the import tests compare it.
-type member struct {
-	typ     byte
-	mode    int64
-	content string // a file's content or a link's target
-}
-
-// members reads a tar into its members by clean name, without the root.
-func members(t *testing.T, data []byte) map[string]member {
-	t.Helper()
-	out := map[string]member{}
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := path.Clean(h.Name)
-		if name == "." {
-			continue
-		}
-		m := member{typ: h.Typeflag, mode: h.Mode & 0o7777, content: h.Linkname}
-		if m.typ == tar.TypeRegA {
-			m.typ = tar.TypeReg
-		}
-		if m.typ == tar.TypeReg {
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.content = string(b)
-		}
-		out[name] = m
-	}
-}
+type member = testenv.TarMember
 
 // workspace returns the workspace's members, as ExportWorkspace writes them.
 func workspace(t *testing.T, sb runtime.Sandbox) map[string]member {
@@ -713,7 +679,7 @@ func workspace(t *testing.T, sb runtime.Sandbox) map[string]member {
 	if _, err := sb.ExportWorkspace(t.Context(), &buf, nil); err != nil {
 		t.Fatalf("ExportWorkspace: %v", err)
 	}
-	return members(t, buf.Bytes())
+	return testenv.TarMembers(t, buf.Bytes())
 }
 
 // wantMembers fails the test unless got and want hold the same members.
@@ -738,7 +704,7 @@ func wantMembers(t *testing.T, what string, got, want map[string]member) {
 func testImportReadOnlyTree(t *testing.T, s *suite) {
 	sb := s.sandbox(t, nil, "")
 	runOK(t, sb, "sh", "-c", "mkdir -p ro/sub && echo x > ro/sub/f && echo y > ro/f && chmod 0555 ro/sub ro && echo keep > top")
-	seed := seedArchive(t)
+	seed := SeedArchive(t)
 	for i := range 2 {
 		st, err := sb.ImportWorkspace(t.Context(), bytes.NewReader(seed), archive.Limits{})
 		if err != nil {
@@ -747,7 +713,7 @@ func testImportReadOnlyTree(t *testing.T, s *suite) {
 		if st.Members != 7 {
 			t.Errorf("ImportWorkspace %d: got %d members, want 7", i+1, st.Members)
 		}
-		wantMembers(t, fmt.Sprintf("after import %d", i+1), workspace(t, sb), members(t, seed))
+		wantMembers(t, fmt.Sprintf("after import %d", i+1), workspace(t, sb), testenv.TarMembers(t, seed))
 	}
 	if got := runOK(t, sb, "cat", "link", "frozen/f"); got != "print(1)\ncold" {
 		t.Errorf("cat link frozen/f: got %q", got)
@@ -773,7 +739,7 @@ func testStagedImport(t *testing.T, s *suite) {
 	ctx := t.Context()
 	runOK(t, sb, "sh", "-c", "mkdir -p keep/d && echo k > keep/d/f && chmod 0555 keep/d")
 	before := workspace(t, sb)
-	seed := seedArchive(t)
+	seed := SeedArchive(t)
 
 	_, commit, abort, err := stg.StageWorkspace(ctx, bytes.NewReader(seed), archive.Limits{})
 	if err != nil {
@@ -815,7 +781,7 @@ func testStagedImport(t *testing.T, s *suite) {
 		t.Fatalf("commit: %v", err)
 	}
 	abort() // after commit: nothing
-	wantMembers(t, "after commit", workspace(t, sb), members(t, seed))
+	wantMembers(t, "after commit", workspace(t, sb), testenv.TarMembers(t, seed))
 }
 
 // failing fails every read, as a download that breaks off does.
