@@ -31,6 +31,7 @@ const (
 	SnapshotNotFound    Code = "snapshot_not_found"
 	SnapshotCorrupt     Code = "snapshot_corrupt"
 	UnsupportedVersion  Code = "unsupported_version"
+	QuotaExceeded       Code = "quota_exceeded"
 )
 
 type entry struct {
@@ -58,6 +59,7 @@ var registry = map[Code]entry{
 	SnapshotNotFound:    {false, "no such workspace snapshot"},
 	SnapshotCorrupt:     {false, "the workspace snapshot does not match its sha256"},
 	UnsupportedVersion:  {false, "the request's contract version has a major version the server does not speak"},
+	QuotaExceeded:       {true, "the tenant is at its share of the node (commands in flight, sessions); the message names the limit"},
 }
 
 // Known reports whether c is in the registry.
@@ -170,4 +172,5 @@ var (
 	ErrSnapshotNotFound    = &Error{Code: SnapshotNotFound}
 	ErrSnapshotCorrupt     = &Error{Code: SnapshotCorrupt}
 	ErrUnsupportedVersion  = &Error{Code: UnsupportedVersion}
+	ErrQuotaExceeded       = &Error{Code: QuotaExceeded}
 )

@@ -43,6 +43,7 @@ type Agent struct {
 	// appendMu, then its mu (see session).
 	mu       sync.Mutex
 	store    *objectstore.Store
+	inflight map[string]int // commands in flight, by tenant
 	sessions map[string]*session
 	nodeSubs []*nats.Subscription
 	draining bool
@@ -72,6 +73,7 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 		cmdSubj:  commands.Subjects{Prefix: cfg.Prefix},
 		runtimes: map[string]runtime.Runtime{},
 		sessions: map[string]*session{},
+		inflight: map[string]int{},
 		sem:      make(chan struct{}, cfg.MaxConcurrent),
 		ops:      sessionOps(),
 	}
@@ -107,8 +109,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		subj string
 		fn   nats.MsgHandler
 	}{
-		{a.cmdSubj.Node(a.cfg.ID, "create"), a.dispatch(a.handleCreate)},
-		{a.cmdSubj.Node(a.cfg.ID, "resume"), a.dispatch(a.handleResumePlacement)},
+		{a.cmdSubj.Node(a.cfg.ID, "create"), a.dispatch("", a.handleCreate)},
+		{a.cmdSubj.Node(a.cfg.ID, "resume"), a.dispatch("", a.handleResumePlacement)},
 		{a.cmdSubj.Node(a.cfg.ID, "ping"), a.handlePing},
 		{a.cmdSubj.Announce(), func(*nats.Msg) { a.heartbeat() }},
 	}
@@ -215,10 +217,14 @@ func (a *Agent) unsubscribeNode() {
 }
 
 // dispatch runs h for each message on its own goroutine, bounded by
-// MaxConcurrent and tracked for Close. A panic outside an operation (in
-// decoding, say) is recovered, logged and answered as internal; one inside
-// an operation is the operation's (see guard).
-func (a *Agent) dispatch(h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
+// MaxConcurrent and tracked for Close. A message of tenant (the tenant of
+// a session's subject; "" for the node's own subjects, whose handlers
+// admit the tenant the body names) past the tenant's share is answered
+// quota_exceeded at once, so that one tenant's flood neither takes every
+// slot nor queues in front of another tenant. A panic outside an
+// operation (in decoding, say) is recovered, logged and answered as
+// internal; one inside an operation is the operation's (see guard).
+func (a *Agent) dispatch(tenant string, h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		a.mu.Lock()
 		if a.draining {
@@ -226,11 +232,21 @@ func (a *Agent) dispatch(h func(ctx context.Context, m *nats.Msg)) nats.MsgHandl
 			a.respond(m, commands.ErrorReply(errcode.New(errcode.Unavailable, "node %s is draining", a.cfg.ID)))
 			return
 		}
+		release := func() {}
+		if tenant != "" {
+			var err error
+			if release, err = a.admitLocked(tenant); err != nil {
+				a.mu.Unlock()
+				a.respond(m, commands.ErrorReply(err))
+				return
+			}
+		}
 		a.wg.Add(1)
 		a.mu.Unlock()
 		a.sem <- struct{}{}
 		go func() {
 			defer a.wg.Done()
+			defer release()
 			defer func() { <-a.sem }()
 			defer func() {
 				if r := recover(); r != nil {
@@ -241,6 +257,33 @@ func (a *Agent) dispatch(h func(ctx context.Context, m *nats.Msg)) nats.MsgHandl
 			h(a.ctx, m)
 		}()
 	}
+}
+
+// admit takes one of tenant's command slots on this node, or fails with
+// quota_exceeded when the tenant holds TenantConcurrent of them; the
+// returned func gives the slot back.
+func (a *Agent) admit(tenant string) (func(), error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.admitLocked(tenant)
+}
+
+// admitLocked is admit with a.mu held.
+func (a *Agent) admitLocked(tenant string) (func(), error) {
+	if a.inflight[tenant] >= a.cfg.TenantConcurrent {
+		return nil, errcode.New(errcode.QuotaExceeded, "tenant %s has %d commands in flight on node %s, its limit; retry when one ends", tenant, a.cfg.TenantConcurrent, a.cfg.ID)
+	}
+	a.inflight[tenant]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			if a.inflight[tenant]--; a.inflight[tenant] <= 0 {
+				delete(a.inflight, tenant)
+			}
+			a.mu.Unlock()
+		})
+	}, nil
 }
 
 // attach sets s's sandbox and then serves s's subject: no command reaches
@@ -257,7 +300,7 @@ func (a *Agent) attach(s *session, sb runtime.Sandbox) error {
 // sees it (and unsubscribes it) or has begun draining first, and then it
 // is dropped here: a session made while the agent closes cannot leak one.
 func (a *Agent) subscribe(s *session) error {
-	sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(s.tenant, s.id), a.dispatch(a.sessionHandler(s)))
+	sub, err := a.nc.Subscribe(a.cmdSubj.SessionAll(s.tenant, s.id), a.dispatch(s.tenant, a.sessionHandler(s)))
 	if err == nil {
 		err = a.nc.FlushTimeout(10 * time.Second)
 	}

@@ -36,6 +36,13 @@ type Config struct {
 	DefaultExecTimeout time.Duration
 	// MaxConcurrent bounds commands handled at once (default 256).
 	MaxConcurrent int
+	// TenantConcurrent bounds one tenant's commands in flight on the node
+	// (default a quarter of MaxConcurrent), so that one tenant cannot take
+	// every slot: a command past it is quota_exceeded at once.
+	TenantConcurrent int
+	// TenantSessions bounds the sessions one tenant holds on the node
+	// (default: Capacity, no bound of its own).
+	TenantSessions int
 	// ReapGrace is how old a sandbox of this node that no live session owns
 	// must be before the reaper removes it (default 5m). The grace covers
 	// sandboxes whose create is still being recorded.
@@ -59,7 +66,7 @@ func (c Config) Validate() error {
 	if err := commands.CheckToken("node id", c.ID); err != nil {
 		return err
 	}
-	if c.Capacity < 0 || c.MaxConcurrent < 0 || c.Capture.Limit < 0 {
+	if c.Capacity < 0 || c.MaxConcurrent < 0 || c.Capture.Limit < 0 || c.TenantConcurrent < 0 || c.TenantSessions < 0 {
 		return errors.New("nodes: negative capacity, concurrency or capture limit")
 	}
 	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 {
@@ -86,6 +93,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = 256
+	}
+	if c.TenantConcurrent == 0 {
+		c.TenantConcurrent = max(1, c.MaxConcurrent/4)
+	}
+	if c.TenantSessions == 0 {
+		c.TenantSessions = c.Capacity
 	}
 	if c.ReapGrace == 0 {
 		c.ReapGrace = 5 * time.Minute

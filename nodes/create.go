@@ -33,6 +33,12 @@ func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
 		a.respond(m, commands.ErrorReply(err))
 		return
 	}
+	release, err := a.admit(p.Tenant)
+	if err != nil {
+		a.respond(m, commands.ErrorReply(err))
+		return
+	}
+	defer release()
 	a.respond(m, a.create(ctx, req, p))
 }
 
@@ -155,9 +161,23 @@ func (a *Agent) hold(s *session) (*session, error) {
 		return a.sessions[key], errcode.New(errcode.AlreadyExists, "session %s already exists", s.id)
 	case len(a.sessions) >= a.cfg.Capacity:
 		return nil, errcode.New(errcode.NoCapacity, "node %s holds %d sessions, its capacity", a.cfg.ID, a.cfg.Capacity)
+	case a.tenantSessions(s.tenant) >= a.cfg.TenantSessions:
+		return nil, errcode.New(errcode.QuotaExceeded, "tenant %s holds %d sessions on node %s, its limit", s.tenant, a.cfg.TenantSessions, a.cfg.ID)
 	}
 	a.sessions[key] = s
 	return nil, nil
+}
+
+// tenantSessions counts the sessions of tenant the agent holds; a.mu is
+// held.
+func (a *Agent) tenantSessions(tenant string) int {
+	n := 0
+	for _, s := range a.sessions {
+		if s.tenant == tenant {
+			n++
+		}
+	}
+	return n
 }
 
 // createRetry answers a create whose session id already has events: the

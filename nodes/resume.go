@@ -160,6 +160,12 @@ func (a *Agent) handleResumePlacement(ctx context.Context, m *nats.Msg) {
 		a.respond(m, commands.ErrorReply(err))
 		return
 	}
+	release, err := a.admit(p.Tenant)
+	if err != nil {
+		a.respond(m, commands.ErrorReply(err))
+		return
+	}
+	defer release()
 	s, err := a.takeOver(ctx, p.Tenant, p.SessionID, p.SecretEnv)
 	if err != nil {
 		a.respond(m, commands.ErrorReply(err))

@@ -335,6 +335,9 @@ func (s *Scheduler) place(ctx context.Context, runtime, op string, body []byte) 
 	var full []byte // the last no_capacity reply of a node
 	for attempt := 0; attempt < 3; attempt++ {
 		n, ok := s.await(ctx, runtime, tried)
+		if !ok && full != nil {
+			return full // the nodes tried were full, or the tenant at its share of them
+		}
 		if !ok {
 			what := "any runtime"
 			if runtime != "" {
@@ -362,6 +365,11 @@ func (s *Scheduler) place(ctx context.Context, runtime, op string, body []byte) 
 				// The node is fuller than its last heartbeat said (or
 				// lacks the runtime after all): try another.
 				s.countSession(n.Node, n.Capacity)
+				full = reply.Data
+				continue
+			case rep.Error.Code == errcode.QuotaExceeded:
+				// The tenant is at its share of this node: another node
+				// may have room for it.
 				full = reply.Data
 				continue
 			}

@@ -50,16 +50,18 @@ func main() {
 }
 
 type config struct {
-	natsURL      string
-	id           string
-	runtime      string
-	dir          string
-	capacity     int
-	capture      int
-	drainTimeout time.Duration
-	reapGrace    time.Duration
-	labels       string
-	zstdSnaps    bool
+	natsURL          string
+	id               string
+	runtime          string
+	dir              string
+	capacity         int
+	capture          int
+	drainTimeout     time.Duration
+	reapGrace        time.Duration
+	labels           string
+	zstdSnaps        bool
+	tenantConcurrent int
+	tenantSessions   int
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
@@ -72,6 +74,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime: "+runtimes.Modes+" (auto: Docker when its daemon answers)")
 	fs.StringVar(&cfg.dir, "dir", filepath.Join(os.TempDir(), "paddock-node"), "directory for local sandboxes")
 	fs.IntVar(&cfg.capacity, "capacity", 1000, "most sessions this node holds")
+	fs.IntVar(&cfg.tenantConcurrent, "tenant-concurrency", 0, "most commands of one tenant in flight on this node (default: a quarter of 256)")
+	fs.IntVar(&cfg.tenantSessions, "tenant-sessions", 0, "most sessions of one tenant on this node (default: --capacity)")
 	fs.IntVar(&cfg.capture, "capture-output", 0, "capture up to N bytes of exec stdout/stderr in events (0: byte counts only)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for in-flight commands")
 	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
@@ -126,6 +130,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 			agent, err := nodes.New(nc, events.NewLog(js, "", ""), nodes.Config{
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
+				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions,
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
 				CompressSnapshots: cfg.zstdSnaps,
 			}, logger, rts...)

@@ -239,6 +239,8 @@ func TestServeBadFlags(t *testing.T) {
 		{"--listen", "nope"},
 		{"--events-max-bytes", "huge"},
 		{"--sandbox-dir", "SAME/sandboxes"}, // inside the state dir
+		{"--tenant-concurrency", "-1"},
+		{"--capture-output", "-5"},
 	} {
 		var errb bytes.Buffer
 		state := t.TempDir()

@@ -35,9 +35,12 @@ type serveConfig struct {
 	runtime     string
 	zstdSnaps   bool
 	capture     int
-	replicas    int
-	maxAge      time.Duration
-	maxBytes    string
+	// tenantConcurrent and tenantSessions are the in-process node's fair
+	// share (nodes.Config).
+	tenantConcurrent, tenantSessions int
+	replicas                         int
+	maxAge                           time.Duration
+	maxBytes                         string
 }
 
 // defaultStateDir is $XDG_DATA_HOME/paddock, else ~/.local/share/paddock.
@@ -63,6 +66,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.nodeID, "node-id", hostNodeID(), "id of the in-process node")
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "the in-process node compresses workspace snapshots with zstd")
 	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime of the in-process node: "+runtimes.Modes+" (auto: Docker when its daemon answers)")
+	fs.IntVar(&cfg.tenantConcurrent, "tenant-concurrency", 0, "most commands of one tenant in flight on the in-process node (default: a quarter of 256)")
+	fs.IntVar(&cfg.tenantSessions, "tenant-sessions", 0, "most sessions of one tenant on the in-process node (default: its capacity)")
 	fs.IntVar(&cfg.capture, "capture-output", 0, "capture up to N bytes of exec stdout/stderr in events (0: byte counts only)")
 	fs.IntVar(&cfg.replicas, "replicas", 1, "replicas of the events stream and buckets (use 3 on a cluster)")
 	fs.DurationVar(&cfg.maxAge, "events-max-age", 0, "drop events older than this (0: keep forever)")
@@ -82,6 +87,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if err := cfg.checkDirs(); err != nil {
 		return err
+	}
+	if cfg.capture < 0 || cfg.tenantConcurrent < 0 || cfg.tenantSessions < 0 || cfg.replicas < 0 {
+		return usageErr("--capture-output, --tenant-concurrency, --tenant-sessions and --replicas take no negative numbers")
 	}
 	brokerCfg, err := cfg.brokerConfig()
 	if err != nil {
@@ -120,7 +128,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				return err
 			}
 			lc.Append(fx.StopHook(closeRuntimes))
-			agent, err := nodes.New(nc, log, nodes.Config{ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, CompressSnapshots: cfg.zstdSnaps}, logger, rts...)
+			agent, err := nodes.New(nc, log, nodes.Config{
+				ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, CompressSnapshots: cfg.zstdSnaps,
+				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions,
+			}, logger, rts...)
 			if err != nil {
 				return err
 			}
