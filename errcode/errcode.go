@@ -32,6 +32,7 @@ const (
 	SnapshotCorrupt     Code = "snapshot_corrupt"
 	UnsupportedVersion  Code = "unsupported_version"
 	QuotaExceeded       Code = "quota_exceeded"
+	PolicyDenied        Code = "policy_denied"
 )
 
 type entry struct {
@@ -60,6 +61,7 @@ var registry = map[Code]entry{
 	SnapshotCorrupt:     {false, "the workspace snapshot does not match its sha256"},
 	UnsupportedVersion:  {false, "the request's contract version has a major version the server does not speak"},
 	QuotaExceeded:       {true, "the tenant is at its share of the node (commands in flight, sessions); the message names the limit"},
+	PolicyDenied:        {false, "the node's operator policy does not allow what the request asks (an image, network, root, a limit)"},
 }
 
 // Known reports whether c is in the registry.
@@ -173,4 +175,5 @@ var (
 	ErrSnapshotCorrupt     = &Error{Code: SnapshotCorrupt}
 	ErrUnsupportedVersion  = &Error{Code: UnsupportedVersion}
 	ErrQuotaExceeded       = &Error{Code: QuotaExceeded}
+	ErrPolicyDenied        = &Error{Code: PolicyDenied}
 )

@@ -43,6 +43,9 @@ type Config struct {
 	// TenantSessions bounds the sessions one tenant holds on the node
 	// (default: Capacity, no bound of its own).
 	TenantSessions int
+	// Policy is what creates and execs may ask of this node (the zero
+	// Policy: the base image only, no network, no root).
+	Policy Policy
 	// ReapGrace is how old a sandbox of this node that no live session owns
 	// must be before the reaper removes it (default 5m). The grace covers
 	// sandboxes whose create is still being recorded.
@@ -71,6 +74,9 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 {
 		return errors.New("nodes: negative interval")
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("nodes: policy: %w", err)
 	}
 	if c.Capture.Limit > commands.MaxOutputBytes {
 		return fmt.Errorf("nodes: capture limit above %d", commands.MaxOutputBytes)

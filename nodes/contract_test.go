@@ -358,3 +358,43 @@ func TestCloseDuringCreate(t *testing.T) {
 		t.Fatalf("events = %d, last %+v; want a create start and an unavailable finish", len(evs), evs[len(evs)-1])
 	}
 }
+
+// TestPolicyRefusalsAreRecorded: with the default policy a create that
+// asks for a network and an exec as root are policy_denied, not
+// retryable, and both refusals are in the audit trail; the session goes
+// on serving what the policy allows.
+func TestPolicyRefusalsAreRecorded(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{})
+	ctx := testenv.Context(t, 30*time.Second)
+	c := st.Client
+	_, err := c.Create(ctx, commands.CreateArgs{SessionID: "wants-net", Network: true})
+	var e *errcode.Error
+	if !errors.As(err, &e) || e.Code != errcode.PolicyDenied || e.Retryable() {
+		t.Fatalf("create with a network: got %v, want policy_denied, not retryable", err)
+	}
+	evs := sessionEvents(t, st, "default", "wants-net")
+	if len(evs) != 2 || evs[1].ErrorCode != string(errcode.PolicyDenied) {
+		t.Fatalf("the refused create's events: %d, want its start and a policy_denied finish", len(evs))
+	}
+	s, err := c.Create(ctx, commands.CreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"0", "root", "0:0"} {
+		if _, err := c.Exec(ctx, s.SessionID, commands.ExecArgs{Argv: []string{"id"}, User: user}); !errors.Is(err, errcode.ErrPolicyDenied) {
+			t.Fatalf("exec as %q: got %v, want policy_denied", user, err)
+		}
+	}
+	if res, err := c.Exec(ctx, s.SessionID, commands.ExecArgs{Argv: []string{"echo", "ok"}}); err != nil || res.Stdout != "ok\n" {
+		t.Fatalf("an allowed exec after the refusals: %+v, %v", res, err)
+	}
+	denied := 0
+	for _, ev := range sessionEvents(t, st, "default", s.SessionID) {
+		if ev.Phase == events.PhaseFinish && ev.ErrorCode == string(errcode.PolicyDenied) {
+			denied++
+		}
+	}
+	if denied != 3 {
+		t.Fatalf("%d policy_denied finishes recorded, want 3", denied)
+	}
+}

@@ -119,6 +119,9 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p commands.Pla
 		slot, _, _ = s.memory.claim(req.CommandID, commands.OpCreate, argsDigest(req.Args)) // a new session: never seen
 	}
 	reply, fin, startErr := a.execute(ctx, s, req, commands.OpCreate, cs, func(ctx context.Context) (outcome, error) {
+		if err := a.cfg.Policy.checkCreate(spec, rtName); err != nil {
+			return outcome{}, err
+		}
 		sb, err := rt.Create(ctx, s.spec)
 		if err != nil {
 			return outcome{}, err

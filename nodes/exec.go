@@ -42,6 +42,9 @@ func execStart(a *Agent, s *session, args *commands.ExecArgs) any {
 // it is cut to the output cap: the runtime keeps enough beyond the cap
 // that a secret which begins before the cut is whole when redacted.
 func runExec(ctx context.Context, a *Agent, s *session, args *commands.ExecArgs) (outcome, error) {
+	if err := a.cfg.Policy.checkExec(args); err != nil {
+		return outcome{}, err
+	}
 	maxOut := args.MaxOutputBytes
 	if maxOut == 0 {
 		maxOut = commands.MaxOutputBytes

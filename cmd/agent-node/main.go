@@ -32,6 +32,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
+	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
@@ -81,7 +82,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "compress workspace snapshots with zstd (smaller for compressible workspaces)")
 	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
+	policy := policyflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pol, err := policy.Policy()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -130,7 +136,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 			agent, err := nodes.New(nc, events.NewLog(js, "", ""), nodes.Config{
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
-				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions,
+				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
 				CompressSnapshots: cfg.zstdSnaps,
 			}, logger, rts...)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"github.com/paddock-dev/paddock/broker"
+	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
@@ -72,8 +73,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&cfg.replicas, "replicas", 1, "replicas of the events stream and buckets (use 3 on a cluster)")
 	fs.DurationVar(&cfg.maxAge, "events-max-age", 0, "drop events older than this (0: keep forever)")
 	fs.StringVar(&cfg.maxBytes, "events-max-bytes", "", "bound the events stream's size, e.g. 10g (default: unbounded)")
+	policy := policyflags.Register(fs)
 	if _, _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	pol, err := policy.Policy()
+	if err != nil {
+		return usageErr("%v", err)
 	}
 	var maxBytes int64
 	if cfg.maxBytes != "" {
@@ -130,7 +136,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			lc.Append(fx.StopHook(closeRuntimes))
 			agent, err := nodes.New(nc, log, nodes.Config{
 				ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, CompressSnapshots: cfg.zstdSnaps,
-				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions,
+				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 			}, logger, rts...)
 			if err != nil {
 				return err

@@ -1,0 +1,107 @@
+package nodes
+
+import (
+	"path"
+	"strings"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// Policy is the operator's word on what a create or an exec may ask of a
+// node: a request asks, the policy decides (as Nomad's docker driver
+// refuses privileged mode unless its config allows it). A refusal is
+// policy_denied, and it is recorded: the op's start event says what was
+// asked, its finish why it was refused. The zero Policy is the default:
+// the base image only, no network, no root, the runtime's own limits.
+type Policy struct {
+	// Images are the images a Docker create may name, as path.Match
+	// patterns ("registry.example.com/team/*"); empty allows only
+	// commands.DefaultImage.
+	Images []string
+	// AllowNetwork lets a create ask for a network.
+	AllowNetwork bool
+	// AllowRoot lets a create or an exec run as root: the user "root" or
+	// uid 0 ("0", "0:0", "root:..."). An image that gives another name uid
+	// 0 is the image policy's business: allow only images you know.
+	AllowRoot bool
+	// MaxCPUs, MaxMemoryBytes and MaxPids bound what a create may ask
+	// (0: no bound beyond the contract's).
+	MaxCPUs        float64
+	MaxMemoryBytes int64
+	MaxPids        int64
+}
+
+// Validate checks the policy's patterns and bounds.
+func (p Policy) Validate() error {
+	for _, pat := range p.Images {
+		if _, err := path.Match(pat, ""); err != nil || pat == "" {
+			return errcode.New(errcode.InvalidRequest, "image pattern %q is not a valid pattern", pat)
+		}
+	}
+	if p.MaxCPUs < 0 || p.MaxMemoryBytes < 0 || p.MaxPids < 0 {
+		return errcode.New(errcode.InvalidRequest, "policy bounds must not be negative")
+	}
+	return nil
+}
+
+// checkCreate returns policy_denied when spec (on runtime rt) asks for
+// more than p allows.
+func (p Policy) checkCreate(spec commands.CreateArgs, rt string) error {
+	deny := func(format string, args ...any) error {
+		return errcode.New(errcode.PolicyDenied, format, args...)
+	}
+	if rt == "docker" && !p.imageAllowed(spec.Image) {
+		return deny("image %s is not allowed on this node", spec.Image)
+	}
+	if spec.Network && !p.AllowNetwork {
+		return deny("this node allows no network")
+	}
+	if isRoot(spec.User) && !p.AllowRoot {
+		return deny("this node does not run sessions as root (user %q)", spec.User)
+	}
+	if p.MaxCPUs > 0 && spec.CPUs > p.MaxCPUs {
+		return deny("cpus %v is over this node's limit of %v", spec.CPUs, p.MaxCPUs)
+	}
+	if p.MaxMemoryBytes > 0 && spec.MemoryBytes > p.MaxMemoryBytes {
+		return deny("memory_bytes %d is over this node's limit of %d", spec.MemoryBytes, p.MaxMemoryBytes)
+	}
+	if p.MaxPids > 0 && spec.PidsLimit > p.MaxPids {
+		return deny("pids_limit %d is over this node's limit of %d", spec.PidsLimit, p.MaxPids)
+	}
+	return nil
+}
+
+// checkExec returns policy_denied for an exec as root when p does not
+// allow root.
+func (p Policy) checkExec(args *commands.ExecArgs) error {
+	if isRoot(args.User) && !p.AllowRoot {
+		return errcode.New(errcode.PolicyDenied, "this node does not run commands as root (user %q)", args.User)
+	}
+	return nil
+}
+
+func (p Policy) imageAllowed(image string) bool {
+	if len(p.Images) == 0 {
+		return image == commands.DefaultImage
+	}
+	for _, pat := range p.Images {
+		if ok, _ := path.Match(pat, image); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// isRoot reports whether a user spec ("name", "uid", "user:group") names
+// root: the name root or uid 0 in any spelling ("00").
+func isRoot(user string) bool {
+	u, _, _ := strings.Cut(user, ":")
+	if u == "root" {
+		return true
+	}
+	if u == "" {
+		return false
+	}
+	return strings.Trim(u, "0") == ""
+}
