@@ -33,6 +33,7 @@ const (
 	UnsupportedVersion  Code = "unsupported_version"
 	QuotaExceeded       Code = "quota_exceeded"
 	PolicyDenied        Code = "policy_denied"
+	PermissionDenied    Code = "permission_denied"
 )
 
 type entry struct {
@@ -62,6 +63,7 @@ var registry = map[Code]entry{
 	UnsupportedVersion:  {false, "the request's contract version has a major version the server does not speak"},
 	QuotaExceeded:       {true, "the tenant is at its share of the node (commands in flight, sessions); the message names the limit"},
 	PolicyDenied:        {false, "the node's operator policy does not allow what the request asks (an image, network, root, a limit)"},
+	PermissionDenied:    {false, "the request names what belongs to another tenant (an object of the workspace bucket)"},
 }
 
 // Known reports whether c is in the registry.
@@ -176,4 +178,5 @@ var (
 	ErrUnsupportedVersion  = &Error{Code: UnsupportedVersion}
 	ErrQuotaExceeded       = &Error{Code: QuotaExceeded}
 	ErrPolicyDenied        = &Error{Code: PolicyDenied}
+	ErrPermissionDenied    = &Error{Code: PermissionDenied}
 )

@@ -398,3 +398,49 @@ func TestPolicyRefusalsAreRecorded(t *testing.T) {
 		t.Fatalf("%d policy_denied finishes recorded, want 3", denied)
 	}
 }
+
+// TestObjectsAreTenantScoped: a client cannot name another tenant's
+// object of the workspace bucket as an upload to hydrate or write from
+// (once, that let a tenant read another's snapshot, and the node then
+// deleted it); the refusal is permission_denied and the victim's
+// snapshot is still there.
+func TestObjectsAreTenantScoped(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{Tenant: "victim"})
+	ctx := testenv.Context(t, 60*time.Second)
+	victim := st.Client
+	attacker, err := client.New(st.ClientConn, client.Options{Tenant: "attacker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := victim.Create(ctx, commands.CreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := victim.WriteFile(ctx, v.SessionID, "secret.txt", []byte("the victim's"), 0); err != nil {
+		t.Fatal(err)
+	}
+	var snap commands.SnapshotResult
+	if err := victim.Do(ctx, v.SessionID, commands.OpPersist, nil, &snap); err != nil {
+		t.Fatal(err)
+	}
+	a, err := attacker.Create(ctx, commands.CreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{snap.Snapshot.Name, "uploads/victim/x", "uploads/attacker/../victim/x", "uploads/attacker/", "uploads/attacker"} {
+		err := attacker.Do(ctx, a.SessionID, commands.OpHydrate, commands.HydrateArgs{Upload: name}, nil)
+		if !errors.Is(err, errcode.ErrPermissionDenied) {
+			t.Errorf("hydrate from %q: got %v, want permission_denied", name, err)
+		}
+		err = attacker.Do(ctx, a.SessionID, commands.OpWrite, commands.WriteArgs{Path: "stolen", Upload: name, Size: 12}, nil)
+		if !errors.Is(err, errcode.ErrPermissionDenied) {
+			t.Errorf("write from %q: got %v, want permission_denied", name, err)
+		}
+	}
+	if _, err := attacker.ReadFile(ctx, a.SessionID, "secret.txt"); !errors.Is(err, errcode.ErrNotFound) {
+		t.Fatalf("the attacker's workspace: got %v, want no secret.txt", err)
+	}
+	if err := victim.Do(ctx, v.SessionID, commands.OpHydrate, commands.HydrateArgs{SnapshotID: snap.Snapshot.ID}, nil); err != nil {
+		t.Fatalf("the victim's snapshot after the attempts: %v", err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/objectstore"
 )
 
 func digest(b []byte) string {
@@ -115,6 +116,9 @@ func runWrite(ctx context.Context, a *Agent, s *session, args *commands.WriteArg
 // workspace bucket: it downloads it to a temporary file (digest checked),
 // streams it into the sandbox and deletes the upload.
 func (a *Agent) writeLarge(ctx context.Context, s *session, args *commands.WriteArgs, mode fs.FileMode) (outcome, error) {
+	if err := objectstore.CheckUpload(s.tenant, args.Upload); err != nil {
+		return outcome{}, err
+	}
 	store, err := a.workspaces(ctx)
 	if err != nil {
 		return outcome{}, err

@@ -246,6 +246,11 @@ func runHydrate(ctx context.Context, a *Agent, s *session, args *commands.Hydrat
 	if err := requireStatus(s, commands.OpHydrate, projection.StatusRunning); err != nil {
 		return outcome{}, err
 	}
+	if args.Upload != "" {
+		if err := objectstore.CheckUpload(s.tenant, args.Upload); err != nil {
+			return outcome{}, err
+		}
+	}
 	st, err := a.restore(ctx, s, s.sandbox(), args.SnapshotID, args.Upload)
 	if err != nil {
 		return outcome{}, err

@@ -344,10 +344,25 @@ func ArchiveStream(r io.Reader) (io.Reader, func(), error) {
 	return br, func() {}, nil
 }
 
+// UploadPrefix is the part of the bucket a tenant's temporary objects
+// (uploads, large reads) live under: uploads/<tenant>/.
+func UploadPrefix(tenant string) string { return "uploads/" + tenant + "/" }
+
+// CheckUpload returns permission_denied unless name is one of tenant's
+// temporary objects: uploads/<tenant>/<id> with id a plain name. Nothing
+// a client writes may name another tenant's upload or any snapshot.
+func CheckUpload(tenant, name string) error {
+	id, ok := strings.CutPrefix(name, UploadPrefix(tenant))
+	if !ok || id == "" || strings.ContainsAny(id, "/\\") || id == "." || id == ".." {
+		return errcode.New(errcode.PermissionDenied, "%q is not an upload of tenant %s (want %s<id>)", name, tenant, UploadPrefix(tenant))
+	}
+	return nil
+}
+
 // Upload stores r as a temporary object under uploads/ (for archives and
 // large files a client sends) and returns its name.
 func (s *Store) Upload(ctx context.Context, tenant, id string, r io.Reader) (string, error) {
-	name := "uploads/" + tenant + "/" + id
+	name := UploadPrefix(tenant) + id
 	if _, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}, fullReader{r}); err != nil {
 		return "", errcode.Wrap(errcode.Unavailable, err, "upload")
 	}

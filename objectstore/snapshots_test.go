@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -79,5 +80,19 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	if _, err := base.Info(ctx, "t", "a.b", "x"); errcode.Of(err) != errcode.InvalidRequest {
 		t.Fatalf("bad session token: %v, want invalid_request", err)
+	}
+}
+
+func TestCheckUpload(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"uploads/acme/0d9c6f2e": true,
+		"uploads/acme/":         false, "uploads/acme": false, "uploads/other/x": false,
+		"acme/s1/snap.tar": false, "uploads/acme/../other/x": false, "uploads/acme/a/b": false,
+		"uploads/acme/..": false, `uploads/acme/a\b`: false, "": false,
+	} {
+		err := objectstore.CheckUpload("acme", name)
+		if (err == nil) != ok || (err != nil && !errors.Is(err, errcode.ErrPermissionDenied)) {
+			t.Errorf("CheckUpload(acme, %q) = %v, want ok=%v (else permission_denied)", name, err, ok)
+		}
 	}
 }
