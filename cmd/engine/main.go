@@ -39,7 +39,7 @@ Usage:
                                                replace the workspace, all or nothing
   engine sandbox resume ID [--secret-env K=V]... [--json]
                                                bring a stopped, shut down or lost session back
-  engine sandbox list [--status S] [--label K=V] [--json]
+  engine sandbox list [--status S] [--label K=V] [--all] [--json]   deleted ones only with --all
   engine sandbox inspect ID [--json]           sessions as the projection has them
   engine events tail [--session ID] [--op OP] [--since SEQ|TIME|DURATION]
                      [--durable NAME] [--all-tenants] [--no-follow] [--json]

@@ -172,9 +172,12 @@ func TestListAfterRestart(t *testing.T) {
 
 	url, _ = serveFor(t, serveArgs...)
 	waitProjected(t, url)
-	got := listJSON(t, url)
+	got := listJSON(t, url, "--all")
 	if len(got) != len(want) {
-		t.Fatalf("sandbox list shows %d sessions, want %d", len(got), len(want))
+		t.Fatalf("sandbox list --all shows %d sessions, want %d", len(got), len(want))
+	}
+	if live := listJSON(t, url); len(live) != len(want)-1 || live["s-deleted"].ID != "" {
+		t.Fatalf("sandbox list shows %d sessions (deleted among them: %v), want all but the deleted one", len(live), live["s-deleted"].ID != "")
 	}
 	for id, st := range want {
 		if r := got[id]; r.Status != st || r.Node != "n1" || r.Applied != r.LastSeq || r.ProblemCount != 0 {
@@ -187,7 +190,7 @@ func TestListAfterRestart(t *testing.T) {
 	if lab := listJSON(t, url, "--label", "state=shut_down"); len(lab) != 1 || lab["s-shutdown"].ID == "" {
 		t.Errorf("list --label state=shut_down = %v, want s-shutdown only", lab)
 	}
-	table := mustCLI(t, url, "", "sandbox", "list")
+	table := mustCLI(t, url, "", "sandbox", "list", "--all")
 	for id, st := range want {
 		if !regexp.MustCompile(`(?m)^` + id + `\s+` + string(st) + `\s+n1\s+`).MatchString(table) {
 			t.Errorf("sandbox list table has no row %s %s n1:\n%s", id, st, table)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -22,8 +23,10 @@ func sandboxRead(ctx context.Context, base globals, sub string, args []string, s
 	jsonOut := fs.Bool("json", false, "print JSON")
 	status := fs.String("status", "", "only sessions in this status (creating, running, stopped, shut_down, deleted, failed)")
 	labels := kvFlag{}
+	all := new(bool)
 	if sub == "list" {
 		fs.Var(labels, "label", "only sessions with this label K=V (repeatable)")
+		all = fs.Bool("all", false, "deleted sessions too (hidden unless --all or --status deleted)")
 	}
 	pos, rest, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -63,6 +66,9 @@ func sandboxRead(ctx context.Context, base globals, sub string, args []string, s
 	recs, err := c.Sessions(ctx, client.SessionFilter{Status: projection.Status(*status), Labels: labels})
 	if err != nil {
 		return err
+	}
+	if !*all && *status == "" {
+		recs = slices.DeleteFunc(recs, func(r projection.SessionRecord) bool { return r.Status == projection.StatusDeleted })
 	}
 	if *jsonOut {
 		if recs == nil {
