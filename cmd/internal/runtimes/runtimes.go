@@ -96,6 +96,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 		if err != nil {
 			return nil, nil, err
 		}
+		ensureBaseImage(ctx, rt, logger)
 		return []runtime.Runtime{rt}, rt.Close, nil
 	case "auto":
 		if opts.DockerPresent() {
@@ -103,6 +104,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 			if err != nil {
 				return nil, nil, fmt.Errorf("this host has Docker but its daemon did not answer within %s; not falling back to the local runtime, which is no security boundary (start Docker, or name --runtime local): %w", opts.DockerWait, err)
 			}
+			ensureBaseImage(ctx, rt, logger)
 			return []runtime.Runtime{rt}, rt.Close, nil
 		}
 		if !opts.Loopback {
@@ -115,6 +117,20 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 		return nil, nil, err
 	}
 	return []runtime.Runtime{rt}, func() error { return nil }, nil
+}
+
+// ensureBaseImage builds the sandbox base image when it is missing, so
+// that a first `engine serve` on a fresh machine can create sessions; when
+// it cannot, it says on the log what to install and run. Creates of the
+// base image fail with image_not_found until then.
+func ensureBaseImage(ctx context.Context, rt *docker.Runtime, logger *slog.Logger) {
+	built, err := rt.EnsureImage(ctx, docker.BaseImage, docker.DefaultBusybox)
+	switch {
+	case err != nil:
+		logger.Warn("no sandbox base image", "image", docker.BaseImage, "err", err)
+	case built:
+		logger.Info("built the sandbox base image", "image", docker.BaseImage)
+	}
 }
 
 // waitDocker asks the daemon until it answers or DockerWait has passed.

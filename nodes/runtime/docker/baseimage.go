@@ -16,6 +16,7 @@ import (
 
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
 )
 
 // BaseImage is the tag of the sandbox base image that `engine image
@@ -141,4 +142,25 @@ func baseRootfs(busybox []byte, applets []string) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// EnsureImage makes sure the sandbox base image is on the engine under
+// tag, building it from busybox (see BuildBaseImage) when it is missing.
+// It reports whether it built it; when it cannot (no static busybox), the
+// error says which package and command give it.
+func (r *Runtime) EnsureImage(ctx context.Context, tag, busybox string) (bool, error) {
+	_, err := r.cli.ImageInspect(ctx, tag)
+	if err == nil {
+		return false, nil
+	}
+	if !errdefs.IsNotFound(err) {
+		return false, r.wrap(err, "inspect image "+tag)
+	}
+	if err := CheckBusybox(busybox); err != nil {
+		return false, fmt.Errorf("the sandbox base image %s is missing and cannot be built here: %w; then run: engine image build-base", tag, err)
+	}
+	if err := BuildBaseImage(ctx, r.cli, tag, busybox); err != nil {
+		return false, err
+	}
+	return true, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,5 +64,33 @@ func TestBuildBaseImage(t *testing.T) {
 		if err := docker.BuildBaseImage(t.Context(), cli, tag+"x", p); err == nil {
 			t.Errorf("BuildBaseImage from %s: got nil, want an error", p)
 		}
+	}
+}
+
+// TestEnsureImage: a missing base image is built (once: a second call
+// finds it), and without a static busybox the error says what to install
+// and run.
+func TestEnsureImage(t *testing.T) {
+	cli := testenv.DockerClient(t)
+	if err := docker.CheckBusybox(docker.DefaultBusybox); err != nil {
+		t.Skip(err)
+	}
+	rt := newRuntime(t)
+	tag := "paddock/sandbox-base:ensure-" + uuid.NewString()[:8]
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = cli.ImageRemove(ctx, tag, image.RemoveOptions{Force: true, PruneChildren: true})
+	})
+	built, err := rt.EnsureImage(t.Context(), tag, docker.DefaultBusybox)
+	if err != nil || !built {
+		t.Fatalf("first EnsureImage = %v, %v; want built", built, err)
+	}
+	if built, err := rt.EnsureImage(t.Context(), tag, docker.DefaultBusybox); err != nil || built {
+		t.Fatalf("second EnsureImage = %v, %v; want found, not built", built, err)
+	}
+	_, err = rt.EnsureImage(t.Context(), tag+"-other", filepath.Join(t.TempDir(), "no-busybox"))
+	if err == nil || !strings.Contains(err.Error(), "busybox-static") || !strings.Contains(err.Error(), "engine image build-base") {
+		t.Fatalf("EnsureImage without busybox: got %v, want an error naming busybox-static and the command", err)
 	}
 }

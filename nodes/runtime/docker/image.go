@@ -29,7 +29,11 @@ func (r *Runtime) ensureImage(ctx context.Context, ref string) (string, error) {
 			return "", errcode.Wrap(errcode.Unavailable, ctx.Err(), "docker: pull "+ref)
 		}
 		// The daemon's pull error stays in the cause, off the wire.
-		return "", errcode.Wrap(errcode.ImageNotFound, perr, "image "+ref+" is not on the node and cannot be pulled")
+		msg := "image " + ref + " is not on the node and cannot be pulled"
+		if ref == BaseImage {
+			msg += "; build it on the node with: engine image build-base (needs Debian's busybox-static)"
+		}
+		return "", errcode.Wrap(errcode.ImageNotFound, perr, msg)
 	}
 	img, err = r.cli.ImageInspect(ctx, ref)
 	if err != nil {
