@@ -24,22 +24,29 @@ const createRetryWait = 2 * time.Minute
 // records the create, makes the sandbox, materialises the manifest and
 // serves the session's subject from then on.
 func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
-	var p commands.Placement
+	servePlaced(ctx, a, m, validatePlacement, func(p *commands.Placement) string { return p.Tenant }, a.create)
+}
+
+// servePlaced serves a request the scheduler sent to this node's own
+// subject: it decodes the body into a P and validates it, takes one of the
+// tenant's command slots for it, and answers with what run returns.
+func servePlaced[P any](ctx context.Context, a *Agent, m *nats.Msg, check func(*P) error, tenant func(*P) string, run func(context.Context, commands.Request, *P) []byte) {
+	var p P
 	req, err := commands.DecodeRequest(m.Data, &p)
 	if err == nil {
-		err = validatePlacement(&p)
+		err = check(&p)
 	}
 	if err != nil {
 		a.respond(m, commands.ErrorReply(err))
 		return
 	}
-	release, err := a.admit(p.Tenant)
+	release, err := a.admit(tenant(&p))
 	if err != nil {
 		a.respond(m, commands.ErrorReply(err))
 		return
 	}
 	defer release()
-	a.respond(m, a.create(ctx, req, p))
+	a.respond(m, run(ctx, req, &p))
 }
 
 func validatePlacement(p *commands.Placement) error {
@@ -83,7 +90,7 @@ func createRecord(spec commands.CreateArgs, rtName string) events.CreateStart {
 // create that named no session id: the scheduler derived the same id)
 // gets that create's outcome; any other create of an existing session id
 // is already_exists.
-func (a *Agent) create(ctx context.Context, req commands.Request, p commands.Placement) []byte {
+func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Placement) []byte {
 	spec := p.Spec
 	rtName := spec.Runtime
 	if rtName == "" {

@@ -151,25 +151,14 @@ func (a *Agent) recreate(ctx context.Context, s *session) (runtime.Sandbox, erro
 // from then on. The old node, should it come back, finds its sandbox
 // placed elsewhere and reaps it.
 func (a *Agent) handleResumePlacement(ctx context.Context, m *nats.Msg) {
-	var p commands.ResumePlacement
-	req, err := commands.DecodeRequest(m.Data, &p)
-	if err == nil {
-		err = validateResumePlacement(&p)
-	}
-	if err != nil {
-		a.respond(m, commands.ErrorReply(err))
-		return
-	}
-	release, err := a.admit(p.Tenant)
-	if err != nil {
-		a.respond(m, commands.ErrorReply(err))
-		return
-	}
-	defer release()
+	servePlaced(ctx, a, m, validateResumePlacement, func(p *commands.ResumePlacement) string { return p.Tenant }, a.resumePlaced)
+}
+
+// resumePlaced takes the session over and runs the one resume path.
+func (a *Agent) resumePlaced(ctx context.Context, req commands.Request, p *commands.ResumePlacement) []byte {
 	s, err := a.takeOver(ctx, p.Tenant, p.SessionID, p.SecretEnv)
 	if err != nil {
-		a.respond(m, commands.ErrorReply(err))
-		return
+		return commands.ErrorReply(err)
 	}
 	start := events.ResumeStart{SecretEnvKeys: sortedKeys(p.SecretEnv), Placed: true}
 	reply := a.perform(ctx, s, req, commands.OpResume, start, func(ctx context.Context) (outcome, error) {
@@ -178,7 +167,7 @@ func (a *Agent) handleResumePlacement(ctx context.Context, m *nats.Msg) {
 	if s.sandbox() == nil {
 		a.forget(s)
 	}
-	a.respond(m, reply)
+	return reply
 }
 
 func validateResumePlacement(p *commands.ResumePlacement) error {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/paddock-dev/paddock/errcode"
@@ -116,34 +115,4 @@ func (f kvFlag) Set(s string) error {
 	}
 	f[k] = v
 	return nil
-}
-
-// parseSize reads a byte size: a plain number of bytes, or a number with
-// a suffix k, m, g, t (powers of 1024; "b", "i" and "ib" are accepted, so
-// 512m, 512M, 512MiB and 512mb are the same).
-func parseSize(s string) (int64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	t = strings.TrimSuffix(t, "b")
-	t = strings.TrimSuffix(t, "i")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'k':
-			mult = 1 << 10
-		case 'm':
-			mult = 1 << 20
-		case 'g':
-			mult = 1 << 30
-		case 't':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			t = t[:n-1]
-		}
-	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || f*float64(mult) > float64(1<<62) {
-		return 0, errcode.New(errcode.InvalidRequest, "size %q is not a byte size like 512m or 2g", s)
-	}
-	return int64(f * float64(mult)), nil
 }

@@ -154,20 +154,6 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"512": 512, "1k": 1024, "512m": 512 << 20, "2G": 2 << 30, "1.5g": 3 << 29, "64MiB": 64 << 20, "10mb": 10 << 20} {
-		got, err := parseSize(in)
-		if err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "x", "-1", "1q", "9999999999t"} {
-		if _, err := parseSize(bad); err == nil {
-			t.Errorf("parseSize(%q) accepted", bad)
-		}
-	}
-}
-
 // syncBuffer is a bytes.Buffer safe for one writer and one reader.
 type syncBuffer struct {
 	mu sync.Mutex

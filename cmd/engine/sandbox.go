@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/paddock-dev/paddock/client"
+	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 )
@@ -117,7 +118,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 			Labels: labels, CPUs: cpus,
 		}
 		if memory != "" {
-			if spec.MemoryBytes, err = parseSize(memory); err != nil {
+			if spec.MemoryBytes, err = bytesize.Parse(memory); err != nil {
 				return err
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"github.com/paddock-dev/paddock/broker"
+	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
 	"github.com/paddock-dev/paddock/events"
@@ -84,7 +85,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	var maxBytes int64
 	if cfg.maxBytes != "" {
 		var err error
-		if maxBytes, err = parseSize(cfg.maxBytes); err != nil {
+		if maxBytes, err = bytesize.Parse(cfg.maxBytes); err != nil {
 			return err
 		}
 	}

@@ -7,8 +7,8 @@ package policyflags
 import (
 	"flag"
 	"fmt"
-	"strconv"
-	"strings"
+
+	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 
 	"github.com/paddock-dev/paddock/nodes"
 )
@@ -42,7 +42,7 @@ func Register(fs *flag.FlagSet) *Flags {
 func (f *Flags) Policy() (nodes.Policy, error) {
 	p := nodes.Policy{Images: f.images, AllowNetwork: f.network, AllowRoot: f.root, MaxCPUs: f.cpus, MaxPids: f.pids}
 	if f.memory != "" {
-		n, err := parseBytes(f.memory)
+		n, err := bytesize.Parse(f.memory)
 		if err != nil {
 			return p, fmt.Errorf("--max-memory: %w", err)
 		}
@@ -52,30 +52,4 @@ func (f *Flags) Policy() (nodes.Policy, error) {
 		return p, err
 	}
 	return p, nil
-}
-
-// parseBytes reads 512, 512k, 64m, 2g or 1t (powers of 1024).
-func parseBytes(s string) (int64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'k':
-			mult = 1 << 10
-		case 'm':
-			mult = 1 << 20
-		case 'g':
-			mult = 1 << 30
-		case 't':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			t = t[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 || v > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a size like 512m or 4g", s)
-	}
-	return v * mult, nil
 }
