@@ -34,7 +34,8 @@ func Parse(s string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || f*float64(mult) > float64(1<<62) {
+	// Written so that NaN, which compares false with everything, fails too.
+	if err != nil || !(f >= 0 && f*float64(mult) <= float64(1<<62)) {
 		return 0, errcode.New(errcode.InvalidRequest, "size %q is not a byte size like 512m or 2g", s)
 	}
 	return int64(f * float64(mult)), nil

@@ -9,7 +9,7 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "x", "-1", "1q", "9999999999t", "NaN"} {
+	for _, bad := range []string{"", "x", "-1", "1q", "9999999999t", "NaN", "nan", "inf", "+Inf"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
