@@ -38,6 +38,27 @@ func rawReply(t *testing.T, ctx context.Context, nc *nats.Conn, subject string, 
 	return rep
 }
 
+// mustCreate creates a session through c, failing the test on an error.
+func mustCreate(t *testing.T, ctx context.Context, c *client.Client, spec commands.CreateArgs) commands.CreateResult {
+	t.Helper()
+	res, err := c.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return res
+}
+
+// tenantClient returns a client of another tenant on the stack's client
+// connection.
+func tenantClient(t *testing.T, st *testenv.Stack, tenant string) *client.Client {
+	t.Helper()
+	c, err := client.New(st.ClientConn, client.Options{Tenant: tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // sessionEvents returns a session's stored events.
 func sessionEvents(t *testing.T, st *testenv.Stack, tenant, id string) []events.Event {
 	t.Helper()
@@ -98,15 +119,9 @@ func TestPanicIsAnOperationFailure(t *testing.T) {
 	st := testenv.StartStack(t, testenv.StackOptions{Runtimes: []runtime.Runtime{newPanicky(t)}})
 	ctx := testenv.Context(t, 30*time.Second)
 	c := st.Client
-	a, err := c.Create(ctx, commands.CreateArgs{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, commands.CreateArgs{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Exec(ctx, a.SessionID, commands.ExecArgs{Argv: []string{"panic"}})
+	a := mustCreate(t, ctx, c, commands.CreateArgs{})
+	b := mustCreate(t, ctx, c, commands.CreateArgs{})
+	_, err := c.Exec(ctx, a.SessionID, commands.ExecArgs{Argv: []string{"panic"}})
 	var e *errcode.Error
 	if !errors.As(err, &e) || e.Code != errcode.Internal || e.Retryable() || strings.Contains(e.Message, "nil map") {
 		t.Fatalf("panicking exec: got %v, want internal, not retryable, without the panic's text", err)
@@ -131,10 +146,7 @@ func TestRepliesFit(t *testing.T) {
 	st := testenv.StartStack(t, testenv.StackOptions{})
 	ctx := testenv.Context(t, 90*time.Second)
 	c := st.Client
-	s, err := c.Create(ctx, commands.CreateArgs{SecretEnv: map[string]string{"S": secret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustCreate(t, ctx, c, commands.CreateArgs{SecretEnv: map[string]string{"S": secret}})
 	dir := filepath.Join(st.Local.WorkspaceDir("default", s.SessionID), "many")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -183,13 +195,10 @@ func TestOversizedEvent(t *testing.T) {
 	st := testenv.StartStack(t, testenv.StackOptions{})
 	ctx := testenv.Context(t, 30*time.Second)
 	c := st.Client
-	s, err := c.Create(ctx, commands.CreateArgs{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustCreate(t, ctx, c, commands.CreateArgs{})
 	// The request fits (the client checks), its start event does not.
 	arg := strings.Repeat("x", commands.MaxRequestBytes-150)
-	_, err = c.Exec(ctx, s.SessionID, commands.ExecArgs{Argv: []string{"echo", arg}})
+	_, err := c.Exec(ctx, s.SessionID, commands.ExecArgs{Argv: []string{"echo", arg}})
 	var e *errcode.Error
 	if !errors.As(err, &e) || e.Code != errcode.PayloadTooLarge || e.Retryable() {
 		t.Fatalf("exec with a 1 MiB argv: got %v, want payload_too_large, not retryable", err)
@@ -208,10 +217,7 @@ func TestCommandIDNamesOneOp(t *testing.T) {
 	st := testenv.StartStack(t, testenv.StackOptions{})
 	ctx := testenv.Context(t, 30*time.Second)
 	c := st.Client
-	s, err := c.Create(ctx, commands.CreateArgs{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustCreate(t, ctx, c, commands.CreateArgs{})
 	id := client.WithCommandID("cmd-7")
 	if err := c.Do(ctx, s.SessionID, commands.OpMkdir, commands.MkdirArgs{Path: "a"}, nil, id); err != nil {
 		t.Fatal(err)
@@ -333,8 +339,10 @@ func TestCloseDuringCreate(t *testing.T) {
 		closed <- st.Agent.Close(cctx)
 	}()
 	testenv.Eventually(t, 10*time.Second, func() error {
-		// Close has begun draining once the node's subjects are gone.
-		_, err := st.ClientConn.RequestWithContext(ctx, commands.Subjects{}.Node("closing", "ping"), []byte(`{}`))
+		// Close has begun draining once the node's subjects are gone. A
+		// ping that meets the subscription as it goes is dropped: it gets
+		// no reply, so each ask has a bound of its own and is asked again.
+		_, err := st.ClientConn.Request(commands.Subjects{}.Node("closing", "ping"), []byte(`{}`), 500*time.Millisecond)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("not draining yet (%v)", err)
 		}
@@ -376,10 +384,7 @@ func TestPolicyRefusalsAreRecorded(t *testing.T) {
 	if len(evs) != 2 || evs[1].ErrorCode != string(errcode.PolicyDenied) {
 		t.Fatalf("the refused create's events: %d, want its start and a policy_denied finish", len(evs))
 	}
-	s, err := c.Create(ctx, commands.CreateArgs{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustCreate(t, ctx, c, commands.CreateArgs{})
 	for _, user := range []string{"0", "root", "0:0"} {
 		if _, err := c.Exec(ctx, s.SessionID, commands.ExecArgs{Argv: []string{"id"}, User: user}); !errors.Is(err, errcode.ErrPolicyDenied) {
 			t.Fatalf("exec as %q: got %v, want policy_denied", user, err)
@@ -408,14 +413,8 @@ func TestObjectsAreTenantScoped(t *testing.T) {
 	st := testenv.StartStack(t, testenv.StackOptions{Tenant: "victim"})
 	ctx := testenv.Context(t, 60*time.Second)
 	victim := st.Client
-	attacker, err := client.New(st.ClientConn, client.Options{Tenant: "attacker"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := victim.Create(ctx, commands.CreateArgs{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	attacker := tenantClient(t, st, "attacker")
+	v := mustCreate(t, ctx, victim, commands.CreateArgs{})
 	if _, err := victim.WriteFile(ctx, v.SessionID, "secret.txt", []byte("the victim's"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -423,10 +422,7 @@ func TestObjectsAreTenantScoped(t *testing.T) {
 	if err := victim.Do(ctx, v.SessionID, commands.OpPersist, nil, &snap); err != nil {
 		t.Fatal(err)
 	}
-	a, err := attacker.Create(ctx, commands.CreateArgs{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustCreate(t, ctx, attacker, commands.CreateArgs{})
 	for _, name := range []string{snap.Snapshot.Name, "uploads/victim/x", "uploads/attacker/../victim/x", "uploads/attacker/", "uploads/attacker"} {
 		err := attacker.Do(ctx, a.SessionID, commands.OpHydrate, commands.HydrateArgs{Upload: name}, nil)
 		if !errors.Is(err, errcode.ErrPermissionDenied) {

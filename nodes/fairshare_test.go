@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
@@ -29,18 +28,9 @@ func TestFairShare(t *testing.T) {
 	st := testenv.StartStack(t, testenv.StackOptions{Tenant: "greedy", Node: nodes.Config{MaxConcurrent: 2 * share, TenantConcurrent: share, TenantSessions: 2}})
 	ctx := testenv.Context(t, 60*time.Second)
 	greedy := st.Client
-	polite, err := client.New(st.ClientConn, client.Options{Tenant: "polite"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := greedy.Create(ctx, commands.CreateArgs{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := polite.Create(ctx, commands.CreateArgs{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	polite := tenantClient(t, st, "polite")
+	g := mustCreate(t, ctx, greedy, commands.CreateArgs{})
+	p := mustCreate(t, ctx, polite, commands.CreateArgs{})
 	gate := filepath.Join(t.TempDir(), "open")
 	wait := commands.ExecArgs{Shell: fmt.Sprintf(`while [ ! -e %q ]; do sleep 0.02; done; echo done`, gate)}
 	var wg sync.WaitGroup
@@ -70,7 +60,7 @@ func TestFairShare(t *testing.T) {
 		return nil
 	})
 
-	_, err = greedy.Exec(ctx, g.SessionID, commands.ExecArgs{Argv: []string{"true"}})
+	_, err := greedy.Exec(ctx, g.SessionID, commands.ExecArgs{Argv: []string{"true"}})
 	var e *errcode.Error
 	if !errors.As(err, &e) || e.Code != errcode.QuotaExceeded || !e.Retryable() || !strings.Contains(e.Message, fmt.Sprint(share)) {
 		t.Fatalf("a command past the greedy tenant's share: got %v, want quota_exceeded, retryable, naming the limit", err)

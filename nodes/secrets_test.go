@@ -99,10 +99,7 @@ func TestSecretsGivenOnResume(t *testing.T) {
 	st := testenv.StartStack(t, testenv.StackOptions{})
 	ctx := testenv.Context(t, 60*time.Second)
 	c := st.Client
-	s, err := c.Create(ctx, commands.CreateArgs{SecretEnv: map[string]string{"TOKEN": "first-value"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustCreate(t, ctx, c, commands.CreateArgs{SecretEnv: map[string]string{"TOKEN": "first-value"}})
 	if err := c.Do(ctx, s.SessionID, commands.OpPersist, nil, nil); err != nil {
 		t.Fatal(err)
 	}

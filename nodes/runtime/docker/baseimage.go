@@ -5,10 +5,7 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -58,20 +55,10 @@ func BuildBaseImage(ctx context.Context, cli *client.Client, tag, busybox string
 		return fmt.Errorf("base image: import: %w", err)
 	}
 	defer rc.Close()
-	dec := json.NewDecoder(rc)
-	for {
-		var msg struct {
-			Error string `json:"error"`
-		}
-		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("base image: import: %w", err)
-		}
-		if msg.Error != "" {
-			return fmt.Errorf("base image: import: %s", msg.Error)
-		}
+	if err := progressErr(rc); err != nil {
+		return fmt.Errorf("base image: import: %w", err)
 	}
+	return nil
 }
 
 // CheckBusybox returns an error unless p is a statically linked ELF

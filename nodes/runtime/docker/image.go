@@ -48,8 +48,14 @@ func (r *Runtime) pull(ctx context.Context, ref string) error {
 		return err
 	}
 	defer rc.Close()
-	// The pull reports failures inside its JSON progress stream.
-	dec := json.NewDecoder(rc)
+	return progressErr(rc)
+}
+
+// progressErr reads the daemon's JSON progress stream of a pull or an
+// import to its end and returns the failure it reports inside it, if any
+// (the call itself succeeds either way).
+func progressErr(r io.Reader) error {
+	dec := json.NewDecoder(r)
 	for {
 		var msg struct {
 			Error string `json:"error"`
