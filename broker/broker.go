@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,25 @@ type Config struct {
 	// StartTimeout bounds the wait for the server to accept connections
 	// (default 10s).
 	StartTimeout time.Duration
+	// AccountsFile is a nats-server config fragment with the accounts and
+	// users to authenticate (auth.Store's accounts.conf). Empty: no auth,
+	// which only a loopback listener may go without (the caller decides).
+	AccountsFile string
+	// TLSCert and TLSKey, when set, make the client listener TLS-only.
+	TLSCert, TLSKey string
+	// Cluster, when set, makes the server one of a NATS cluster.
+	Cluster *Cluster
+}
+
+// Cluster is a server's place in a NATS cluster: its route listener and
+// the routes to the others (nats-route://host:port). Every server of a
+// JetStream cluster needs its own ServerName.
+type Cluster struct {
+	Name string
+	// Host and Port are the route listener (Port -1: a free port).
+	Host   string
+	Port   int
+	Routes []string
 }
 
 // Validate checks the config.
@@ -40,12 +60,19 @@ func (c Config) Validate() error {
 	if c.SyncInterval < 0 {
 		return errors.New("broker: negative sync interval")
 	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("broker: TLS needs both a certificate and a key")
+	}
 	return nil
 }
 
 // Broker is a running embedded nats-server.
 type Broker struct {
-	ns   *server.Server
+	ns  *server.Server
+	cfg Config
+	// cur is the options the server runs with (it keeps the pointer it was
+	// given); only Start and Reload, which the caller serialises, touch it.
+	cur  *server.Options
 	once sync.Once
 }
 
@@ -67,19 +94,9 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 10 * time.Second
 	}
-	opts := &server.Options{
-		ServerName: cfg.ServerName,
-		Host:       cfg.Host,
-		Port:       cfg.Port,
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		NoSigs:     true,
-		NoLog:      true,
-	}
-	if cfg.SyncInterval > 0 {
-		opts.SyncInterval = cfg.SyncInterval
-	} else {
-		opts.SyncAlways = true
+	opts, err := cfg.options()
+	if err != nil {
+		return nil, err
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -91,7 +108,86 @@ func Start(cfg Config) (*Broker, error) {
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("broker: not ready within %s (is %s already in use?)", cfg.StartTimeout, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)))
 	}
-	return &Broker{ns: ns}, nil
+	return &Broker{ns: ns, cfg: cfg, cur: opts}, nil
+}
+
+// options builds the server's options from cfg (defaults applied): the
+// accounts file first, then what cfg fixes over it.
+func (cfg Config) options() (*server.Options, error) {
+	opts := &server.Options{}
+	if cfg.AccountsFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(cfg.AccountsFile); err != nil {
+			return nil, fmt.Errorf("broker: accounts: %w", err)
+		}
+	}
+	opts.ServerName = cfg.ServerName
+	opts.Host, opts.Port = cfg.Host, cfg.Port
+	opts.JetStream, opts.StoreDir = true, cfg.StoreDir
+	opts.NoSigs, opts.NoLog = true, true
+	if cfg.SyncInterval > 0 {
+		opts.SyncInterval = cfg.SyncInterval
+	} else {
+		opts.SyncAlways = true
+	}
+	if c := cfg.Cluster; c != nil {
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: c.Host, Port: c.Port}
+		if len(c.Routes) > 0 {
+			opts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+		}
+	}
+	if cfg.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("broker: TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSTimeout = tc, true, 2
+	}
+	return opts, nil
+}
+
+// Reload re-reads the accounts file and applies it to the running server:
+// new identities can connect, removed ones are disconnected. Calls must
+// not overlap.
+func (b *Broker) Reload() error {
+	// A reload that creates an account does not start the subscriptions of
+	// its service imports (nats-server configures those only for accounts
+	// that existed before the reload); a second reload, where the account
+	// exists, does. docs/security.md says the same for external servers.
+	for range 2 {
+		opts, err := b.cfg.options()
+		if err != nil {
+			return err
+		}
+		// The port the server picked stays (cfg may say -1).
+		opts.Port = b.ns.Addr().(*net.TCPAddr).Port
+		b.keepAccounts(opts)
+		if err := b.ns.ReloadOptions(opts); err != nil {
+			return fmt.Errorf("broker: reload: %w", err)
+		}
+		b.cur = opts
+	}
+	return nil
+}
+
+// keepAccounts points each nkey user of opts that the running options
+// know, in the same account, at the account object those options hold.
+// The server compares old and new options with reflect.DeepEqual, and an
+// account object of the running options reaches live server state through
+// its service imports: walking it races with the server's own updates.
+// Pointer-equal accounts end the walk there.
+func (b *Broker) keepAccounts(opts *server.Options) {
+	old := map[string]*server.Account{}
+	for _, u := range b.cur.Nkeys {
+		if u.Account != nil {
+			old[u.Nkey] = u.Account
+		}
+	}
+	for _, u := range opts.Nkeys {
+		if a, ok := old[u.Nkey]; ok && u.Account != nil && a.Name == u.Account.Name {
+			u.Account = a
+		}
+	}
 }
 
 // ClientURL is the URL other processes connect to.

@@ -1,0 +1,194 @@
+package auth_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/paddock-dev/paddock/auth"
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+func wantCode(t *testing.T, err error, code errcode.Code) {
+	t.Helper()
+	var e *errcode.Error
+	if !errors.As(err, &e) || e.Code != code {
+		t.Fatalf("got %v, want %s", err, code)
+	}
+}
+
+func TestStoreAddRemove(t *testing.T) {
+	st := auth.Open(filepath.Join(t.TempDir(), "auth"))
+	c, err := st.Add("alice", auth.RoleClient, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(st.CredsPath("alice"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("creds file: %v, mode %v; want 0600", err, fi.Mode())
+	}
+	loaded, err := auth.LoadCreds(st.CredsPath("alice"))
+	if err != nil || loaded.PublicKey != c.PublicKey || loaded.Tenant != "acme" {
+		t.Fatalf("load: %+v, %v", loaded, err)
+	}
+	_, err = st.Add("alice", auth.RoleNode, "")
+	wantCode(t, err, errcode.AlreadyExists)
+	wantCode(t, st.Remove("bob"), errcode.NotFound)
+	if err := st.Remove("alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(st.CredsPath("alice")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("revoked creds file still there: %v", err)
+	}
+	conf, _ := os.ReadFile(st.ConfigPath())
+	if strings.Contains(string(conf), c.PublicKey) {
+		t.Fatal("a revoked key is still in the server config")
+	}
+}
+
+// TestStoreConcurrentAdds: concurrent `engine auth add` calls lose no one.
+func TestStoreConcurrentAdds(t *testing.T) {
+	st := auth.Open(t.TempDir())
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := st.Add(fmt.Sprintf("c%d", i), auth.RoleClient, "t"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	ids, err := st.Identities()
+	if err != nil || len(ids) != 16 {
+		t.Fatalf("%d identities (%v), want 16", len(ids), err)
+	}
+}
+
+func TestIdentityRefusals(t *testing.T) {
+	st := auth.Open(t.TempDir())
+	for _, c := range []struct {
+		name, tenant string
+		role         auth.Role
+	}{
+		{"a.b", "", auth.RoleAdmin},       // not a token
+		{"x", "", "root"},                 // no such role
+		{"x", "", auth.RoleClient},        // a client needs a tenant
+		{"x", "acme", auth.RoleNode},      // a node has none
+		{"x", "PADDOCK", auth.RoleClient}, // not a tenant name
+		{"x", "a>", auth.RoleClient},
+		{"", "", auth.RoleAdmin},
+	} {
+		_, err := st.Add(c.name, c.role, c.tenant)
+		wantCode(t, err, errcode.InvalidRequest)
+	}
+	if st.Exists() {
+		t.Fatal("refused identities made a store")
+	}
+}
+
+func TestLoadCredsRefusals(t *testing.T) {
+	st := auth.Open(t.TempDir())
+	good, err := st.Add("n1", auth.RoleNode, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := auth.Open(t.TempDir()).Add("n2", auth.RoleNode, "")
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if _, err := auth.LoadCreds(filepath.Join(dir, "missing")); !errors.Is(err, auth.ErrNoCreds) {
+		t.Fatalf("missing: %v", err)
+	}
+	swapped := strings.Replace(mustJSON(t, good), good.Seed, other.Seed, 1)
+	for name, body := range map[string]string{
+		"notjson": "-----BEGIN USER NKEY SEED-----",
+		"format":  strings.Replace(mustJSON(t, good), `"paddock_creds": 1`, `"paddock_creds": 9`, 1),
+		"swapped": swapped,
+		"badseed": strings.Replace(mustJSON(t, good), good.Seed, "SUAXXX", 1),
+		"badrole": strings.Replace(mustJSON(t, good), `"node"`, `"god"`, 1),
+	} {
+		_, err := auth.LoadCreds(write(name, body))
+		wantCode(t, err, errcode.InvalidRequest)
+	}
+}
+
+func mustJSON(t *testing.T, c *auth.Creds) string {
+	t.Helper()
+	out, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// TestServerConfigLoads: nats-server accepts the generated config, with
+// one account per tenant besides PADDOCK.
+func TestServerConfigLoads(t *testing.T) {
+	st := auth.Open(t.TempDir())
+	for _, id := range [][3]string{{"e", "engine", ""}, {"n1", "node", ""}, {"a", "client", "acme"}, {"b", "client", "beta"}, {"au", "auditor", ""}} {
+		if _, err := st.Add(id[0], auth.Role(id[1]), id[2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts, err := server.ProcessConfigFile(st.ConfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, a := range opts.Accounts {
+		names[a.Name] = true
+	}
+	if len(opts.Nkeys) != 5 || !names["PADDOCK"] || !names["acme"] || !names["beta"] {
+		t.Fatalf("config has %d nkey users and accounts %v", len(opts.Nkeys), names)
+	}
+}
+
+func TestCallerAuthorize(t *testing.T) {
+	stamp := func(v string) *nats.Msg {
+		m := nats.NewMsg("sbx.cmd.acme.s.exec")
+		if v != "" {
+			m.Header.Set(auth.RequestInfoHeader, v)
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name, header, actor, want string
+		code                      errcode.Code
+	}{
+		{"no stamp: the trusted sender's actor", "", "cli", "cli", ""},
+		{"own account", `{"acc":"acme","user":"UALICE"}`, "forged", "UALICE", ""},
+		{"other account", `{"acc":"evil","user":"UM"}`, "", "", errcode.PermissionDenied},
+		{"no user", `{"acc":"acme"}`, "", "", errcode.PermissionDenied},
+		{"garbage", `{{`, "", "", errcode.PermissionDenied},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			caller, err := auth.CallerOf(stamp(c.header))
+			var actor string
+			if err == nil {
+				actor, err = caller.Authorize("acme", c.actor)
+			}
+			if c.code != "" {
+				wantCode(t, err, c.code)
+				return
+			}
+			if err != nil || actor != c.want {
+				t.Fatalf("actor %q, %v; want %q", actor, err, c.want)
+			}
+		})
+	}
+}
