@@ -22,8 +22,9 @@ const (
 	Undecodable  Kind = "undecodable"         // the stored bytes are not an event
 	Version      Kind = "unsupported_version" // an event of a schema version this audit does not know
 	Mismatch     Kind = "subject_mismatch"
-	Stray        Kind = "stray" // a subject that names no session
-	Open         Kind = "open"  // a start without its finish (yet)
+	Stray        Kind = "stray"      // a subject that names no session
+	NotHolder    Kind = "not_holder" // written by a node that did not hold the session then
+	Open         Kind = "open"       // a start without its finish (yet)
 	Truncated    Kind = "truncated"
 )
 
@@ -61,10 +62,13 @@ type open struct {
 // chain is what the checker remembers of one session.
 type chain struct {
 	tenant, id string
-	events     int
-	lastHash   string
-	lastSeq    uint64
-	open       map[string]open // by span id
+	// holder is the node that holds the session: the one whose create or
+	// resume start came last.
+	holder   string
+	events   int
+	lastHash string
+	lastSeq  uint64
+	open     map[string]open // by span id
 }
 
 // Checker checks sessions' histories. Feed it messages in stream order.
@@ -75,6 +79,10 @@ type Checker struct {
 	order    []*chain
 	findings []Finding
 	events   int
+	// trust, registered and signers are the signature check's (signature.go).
+	trust      Trust
+	registered map[string]map[string]bool
+	signers    map[[2]string]*Signer
 }
 
 // NewChecker returns a checker for a stream whose subjects subj builds and
@@ -87,10 +95,12 @@ func NewChecker(subj events.Subjects, firstSeq uint64) *Checker {
 
 func (c *Checker) find(f Finding) { c.findings = append(c.findings, f) }
 
-// Check takes in one stored message. Node events are not checked.
+// Check takes in one stored message. Node events are not checked; a
+// node's signed registered event makes its signing key known (Trust).
 func (c *Checker) Check(m events.Msg) {
 	ref, ok := c.subj.Parse(m.Subject)
 	if ok && !ref.IsSession() {
+		c.noteNodeEvent(m)
 		return
 	}
 	c.events++
@@ -125,6 +135,8 @@ func (c *Checker) Check(m events.Msg) {
 		return
 	}
 	f.Seq = ev.Seq
+	c.checkSignature(m, ev, f)
+	c.checkHolder(ch, ev, f)
 	if ev.Tenant != ref.Tenant || ev.SessionID != ref.Session || ev.Op != ref.Op || ev.Phase != ref.Phase {
 		f.Kind, f.Detail = Mismatch, fmt.Sprintf("body is %s/%s %s %s, subject %s", ev.Tenant, ev.SessionID, ev.Op, ev.Phase, m.Subject)
 		c.find(f)
@@ -175,6 +187,22 @@ func (c *Checker) Check(m events.Msg) {
 	}
 }
 
+// checkHolder reports an event written by another node than the one that
+// holds the session. A node takes a session with its create or resume
+// start; before its resume start, a node taking a session over may close
+// the old node's open operations (failed finishes, unavailable).
+func (c *Checker) checkHolder(ch *chain, ev events.Event, f Finding) {
+	taking := ev.Phase == events.PhaseStart && (ev.Op == "create" || ev.Op == "resume")
+	closing := ev.Phase == events.PhaseFinish && ev.OK != nil && !*ev.OK && ev.ErrorCode == "unavailable"
+	switch {
+	case taking:
+		ch.holder = ev.Node
+	case ch.holder != "" && ev.Node != ch.holder && !closing:
+		f.Kind, f.Detail = NotHolder, fmt.Sprintf("%s %s by node %s, but node %s holds the session", ev.Op, ev.Phase, orNone(ev.Node), ch.holder)
+		c.find(f)
+	}
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return "(none)"
@@ -187,6 +215,8 @@ type Report struct {
 	Sessions int       `json:"sessions"`
 	Events   int       `json:"events"`
 	Findings []Finding `json:"findings,omitempty"`
+	// Signers says which node signed how many events, with which key.
+	Signers []Signer `json:"signers,omitempty"`
 }
 
 // Failed reports whether any finding fails the audit.
@@ -202,7 +232,7 @@ func (r Report) Failed() bool {
 // Report returns the findings so far, with every operation still open,
 // ordered by stream sequence.
 func (c *Checker) Report() Report {
-	r := Report{Sessions: len(c.order), Events: c.events, Findings: append([]Finding(nil), c.findings...)}
+	r := Report{Sessions: len(c.order), Events: c.events, Findings: append([]Finding(nil), c.findings...), Signers: c.signerList()}
 	for _, ch := range c.order {
 		for span, o := range ch.open {
 			r.Findings = append(r.Findings, Finding{

@@ -29,7 +29,10 @@ type CreateStart struct {
 	Network       bool              `json:"network,omitempty"`
 	User          string            `json:"user,omitempty"`
 	PidsLimit     int64             `json:"pids_limit,omitempty"`
-	Manifest      []ManifestRecord  `json:"manifest,omitempty"`
+	// ExpiresAt is when the session's lifetime ends (none when absent):
+	// the node shuts it down then, and it is not started or resumed again.
+	ExpiresAt *time.Time       `json:"expires_at,omitempty"`
+	Manifest  []ManifestRecord `json:"manifest,omitempty"`
 	// Epoch is the placement's epoch: 1 at create, one more at each
 	// re-creation (resume of a shut-down or lost session).
 	Epoch uint64 `json:"epoch"`
@@ -52,6 +55,9 @@ type ManifestRecord struct {
 type StatusFinish struct {
 	Status      string `json:"status"`
 	ContainerID string `json:"container_id,omitempty"`
+	// Reason says why the node itself ended the session (max_lifetime);
+	// absent for a client's command.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ExecStart is an exec's start data. Argv has secret values redacted;
@@ -179,14 +185,21 @@ type ResumeFinish struct {
 // NodeInfo is what a node advertises: the data of its registered event
 // and the body of its heartbeats.
 type NodeInfo struct {
-	Node     string            `json:"node"`
-	Runtimes []string          `json:"runtimes"`
-	Capacity int               `json:"capacity"`
-	Sessions int               `json:"sessions"`
-	Labels   map[string]string `json:"labels,omitempty"`
+	Node     string   `json:"node"`
+	Runtimes []string `json:"runtimes"`
+	Capacity int      `json:"capacity"`
+	Sessions int      `json:"sessions"`
+	// Tenants counts the sessions by tenant (heartbeats; the scheduler
+	// keeps each tenant's total across nodes with it).
+	Tenants map[string]int    `json:"tenants,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
 	// Status is up or draining.
 	Status string    `json:"status"`
 	TS     time.Time `json:"ts"`
+	// SigningKey is the public key (an nkey) the node signs its events
+	// with; audit verify trusts it for this node only as far as the key
+	// was issued to the node (docs/security.md).
+	SigningKey string `json:"signing_key,omitempty"`
 }
 
 // NewData returns a pointer to a new value of the data type of op's

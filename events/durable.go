@@ -46,6 +46,10 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		FilterSubjects: filters,
 	}
+	if len(filters) == 1 {
+		// One filter goes in the API subject, where permissions can see it.
+		cfg.FilterSubject, cfg.FilterSubjects = filters[0], nil
+	}
 	existing, err := l.js.Consumer(ctx, l.stream, opts.Name)
 	switch {
 	case err == nil:

@@ -17,6 +17,9 @@ type Log struct {
 	js       jetstream.JetStream
 	stream   string
 	subjects Subjects
+	// signer signs appended events (nil: unsigned); see Signed.
+	signer    Signer
+	signerKey string
 }
 
 // NewLog returns a Log on the named stream (DefaultStream when empty) with
@@ -49,8 +52,12 @@ func (l *Log) Append(ctx context.Context, ev *Event, expectLast uint64) (uint64,
 // AppendRaw is Append for an event already encoded as data (callers that
 // post-process the JSON, such as redaction). ev supplies the subject and id.
 func (l *Log) AppendRaw(ctx context.Context, ev *Event, data []byte, expectLast uint64) (uint64, error) {
-	subj := l.subjects.Session(ev.Tenant, ev.SessionID, ev.Op, ev.Phase)
-	ack, err := l.js.Publish(ctx, subj, data,
+	hdr, err := l.SignatureHeader(data)
+	if err != nil {
+		return 0, err
+	}
+	msg := &nats.Msg{Subject: l.subjects.Session(ev.Tenant, ev.SessionID, ev.Op, ev.Phase), Data: data, Header: hdr}
+	ack, err := l.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID(ev.EventID),
 		jetstream.WithExpectLastSequenceForSubject(expectLast, l.subjects.SessionFilter(ev.Tenant, ev.SessionID)),
 	)
@@ -72,7 +79,12 @@ func (l *Log) AppendNode(ctx context.Context, ev *NodeEvent) error {
 	if err != nil {
 		return fmt.Errorf("encode node event: %w", err)
 	}
-	if _, err := l.js.Publish(ctx, l.subjects.Node(ev.Node, ev.Kind), data, jetstream.WithMsgID(ev.EventID)); err != nil {
+	hdr, err := l.SignatureHeader(data)
+	if err != nil {
+		return err
+	}
+	msg := &nats.Msg{Subject: l.subjects.Node(ev.Node, ev.Kind), Data: data, Header: hdr}
+	if _, err := l.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.EventID)); err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "append node event")
 	}
 	return nil
@@ -99,6 +111,11 @@ type Tail struct {
 	StreamSeq uint64
 	// Hash is Hash of the event's stored bytes: the next event's PrevHash.
 	Hash string
+	// Signed reports whether the event carries a signature that verifies
+	// (by any key: who may sign for which node is audit's question), and
+	// Signer is the key that made it.
+	Signed bool
+	Signer string
 }
 
 // Last returns the last event of a session; a session with no events gives
@@ -119,7 +136,9 @@ func (l *Log) Last(ctx context.Context, tenant, session string) (Tail, error) {
 	if err != nil {
 		return Tail{}, fmt.Errorf("decode event at stream seq %d: %w", msg.Sequence, err)
 	}
-	return Tail{Event: &ev, StreamSeq: msg.Sequence, Hash: Hash(msg.Data)}, nil
+	signer := msg.Header.Get(SignerHeader)
+	signed := VerifySignature(signer, msg.Header.Get(SigHeader), msg.Data) == nil
+	return Tail{Event: &ev, StreamSeq: msg.Sequence, Hash: Hash(msg.Data), Signed: signed, Signer: signer}, nil
 }
 
 // Msg is an event as read from the stream.
@@ -131,7 +150,14 @@ type Msg struct {
 	Data []byte
 	// Time is when the stream stored the event.
 	Time time.Time
+	// Signer and Sig are the event's signature headers (SignerHeader,
+	// SigHeader); empty for an unsigned event.
+	Signer, Sig string
 }
+
+// VerifySignature checks the message's signature over its data; see the
+// package function.
+func (m Msg) VerifySignature() error { return VerifySignature(m.Signer, m.Sig, m.Data) }
 
 // Decode decodes the message as a session event and checks its version.
 func (m Msg) Decode() (Event, error) {
@@ -153,6 +179,11 @@ type ReadOptions struct {
 	// Follow keeps delivering new events until ctx ends; otherwise Read
 	// returns once it has delivered what the stream held when it began.
 	Follow bool
+	// Consumer, when set, reads through a consumer of this name (created
+	// for the read, deleted after) instead of an ordered consumer with a
+	// generated name: an auditor's permissions allow only its own name.
+	// It takes exactly one filter.
+	Consumer string
 }
 
 // Read delivers events in stream order to fn through an ordered consumer.
@@ -171,7 +202,28 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 		t := opts.StartTime
 		cfg.OptStartTime = &t
 	}
-	cons, err := l.js.OrderedConsumer(ctx, l.stream, cfg)
+	var cons jetstream.Consumer
+	var err error
+	if opts.Consumer != "" {
+		if len(cfg.FilterSubjects) != 1 {
+			return errcode.New(errcode.InvalidRequest, "a named events consumer takes one filter, not %d", len(cfg.FilterSubjects))
+		}
+		cons, err = l.js.CreateOrUpdateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
+			Name: opts.Consumer, FilterSubject: cfg.FilterSubjects[0], AckPolicy: jetstream.AckNonePolicy,
+			DeliverPolicy: cfg.DeliverPolicy, OptStartSeq: cfg.OptStartSeq, OptStartTime: cfg.OptStartTime,
+			InactiveThreshold: time.Minute, // a killed reader's consumer goes by itself
+		})
+		if err == nil {
+			defer func() {
+				// The read is over, whatever ctx says: delete with a bound of its own.
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = l.js.DeleteConsumer(dctx, l.stream, opts.Consumer)
+			}()
+		}
+	} else {
+		cons, err = l.js.OrderedConsumer(ctx, l.stream, cfg)
+	}
 	if err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "events consumer")
 	}
@@ -208,7 +260,8 @@ func deliver(ctx context.Context, cons jetstream.Consumer, follow, ack bool, fn 
 		if err != nil {
 			return fmt.Errorf("event metadata: %w", err)
 		}
-		if err := fn(Msg{StreamSeq: meta.Sequence.Stream, Subject: m.Subject(), Data: m.Data(), Time: meta.Timestamp}); err != nil {
+		h := m.Headers()
+		if err := fn(Msg{StreamSeq: meta.Sequence.Stream, Subject: m.Subject(), Data: m.Data(), Time: meta.Timestamp, Signer: h.Get(SignerHeader), Sig: h.Get(SigHeader)}); err != nil {
 			return err
 		}
 		if ack {

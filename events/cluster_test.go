@@ -1,0 +1,90 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paddock-dev/paddock/broker"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// TestStreamSurvivesServerLoss: the events stream at three replicas on a
+// three-server cluster keeps taking guarded appends when the server that
+// leads it is killed, takes that server back, and loses no event.
+func TestStreamSurvivesServerLoss(t *testing.T) {
+	c := testenv.StartCluster(t, 3, broker.Config{})
+	nc := testenv.Connect(t, c.URL())
+	js := testenv.JetStream(t, nc)
+	ctx := testenv.Context(t, 2*time.Minute)
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	log := events.NewLog(js, "", "")
+	session := uuid.NewString()
+	var last uint64
+	appendEv := func(seq uint64, id string) error {
+		ev := &events.Event{Version: events.Version, EventID: id, TS: time.Now().UTC(), Tenant: "t", SessionID: session,
+			Seq: seq, Op: "exec", Phase: events.PhaseStart, SpanID: fmt.Sprint(seq)}
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		s, err := log.Append(actx, ev, last)
+		if err == nil {
+			last = s
+		}
+		return err
+	}
+	for seq := uint64(1); seq <= 5; seq++ {
+		if err := appendEv(seq, uuid.NewString()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := log.StreamInfo(ctx)
+	if err != nil || info.Cluster == nil {
+		t.Fatalf("stream info %+v, %v", info, err)
+	}
+	leader := -1
+	for i := range 3 {
+		if info.Cluster.Leader == fmt.Sprintf("s%d", i+1) {
+			leader = i
+		}
+	}
+	if leader < 0 || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("leader %q, replicas %d; want a leader among s1..s3 and two followers", info.Cluster.Leader, len(info.Cluster.Replicas))
+	}
+	c.Stop(leader)
+	id := uuid.NewString() // the same id on every try: a retried append is deduplicated
+	testenv.Eventually(t, 60*time.Second, func() error { return appendEv(6, id) })
+	c.Restart(leader)
+	testenv.Eventually(t, 60*time.Second, func() error {
+		info, err := log.StreamInfo(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current || r.Offline {
+				return fmt.Errorf("replica %s not current", r.Name)
+			}
+		}
+		if len(info.Cluster.Replicas) != 2 {
+			return fmt.Errorf("%d followers", len(info.Cluster.Replicas))
+		}
+		return nil
+	})
+	evs, err := log.Session(ctx, "t", session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 6 {
+		t.Fatalf("%d events after the loss, want 6", len(evs))
+	}
+	for i, ev := range evs {
+		if ev.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.Seq)
+		}
+	}
+}
