@@ -118,7 +118,8 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) 
 
 // ReadTo streams a file's content to w and returns its size. A file over
 // the inline limit comes through a temporary object of the workspace
-// bucket, which ReadTo deletes once read.
+// bucket, which the engine's transfer service streams to the client and
+// deletes once read.
 func (c *Client) ReadTo(ctx context.Context, id, path string, w io.Writer) (int64, error) {
 	var res commands.ReadResult
 	if err := c.do(ctx, id, commands.OpRead, commands.ReadArgs{Path: path}, &res, workspaceTimeout, nil); err != nil {
@@ -128,12 +129,7 @@ func (c *Client) ReadTo(ctx context.Context, id, path string, w io.Writer) (int6
 		n, err := w.Write(res.Content)
 		return int64(n), err
 	}
-	store, err := c.workspaces(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = store.Delete(context.WithoutCancel(ctx), res.Download) }()
-	n, err := store.Copy(ctx, res.Download, w)
+	n, err := c.download(ctx, res.Download, w)
 	if err == nil && n != res.Size {
 		err = errcode.New(errcode.Unavailable, "read %s: got %d of %d bytes", path, n, res.Size)
 	}
@@ -147,8 +143,9 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, data []byte, mo
 }
 
 // WriteFrom writes a whole file with the content of r, streamed: content
-// over the inline limit is uploaded in chunks to a temporary object of the
-// workspace bucket that the node writes from and deletes.
+// over the inline limit is uploaded in chunks (through the engine's
+// transfer service) to a temporary object of the workspace bucket that the
+// node writes from and deletes.
 func (c *Client) WriteFrom(ctx context.Context, id, path string, r io.Reader, mode fs.FileMode) (commands.WriteResult, error) {
 	var res commands.WriteResult
 	head := make([]byte, commands.InlineLimit+1)
@@ -168,36 +165,20 @@ func (c *Client) WriteFrom(ctx context.Context, id, path string, r io.Reader, mo
 	if err := commands.CheckToken("session id", id); err != nil {
 		return res, err
 	}
-	store, err := c.workspaces(ctx)
+	name, size, err := c.upload(ctx, io.MultiReader(bytes.NewReader(head[:n]), r))
 	if err != nil {
 		return res, err
 	}
-	cr := &countingReader{r: io.MultiReader(bytes.NewReader(head[:n]), r)}
-	name, err := store.Upload(ctx, c.opts.Tenant, uuid.NewString(), cr)
-	if err != nil {
-		return res, err
-	}
-	args.Upload, args.Size = name, cr.n
+	args.Upload, args.Size = name, size
 	if err := args.Validate(); err != nil {
-		_ = store.Delete(context.WithoutCancel(ctx), name)
+		c.discard(ctx, name)
 		return res, err
 	}
 	if err := c.do(ctx, id, commands.OpWrite, args, &res, workspaceTimeout, nil); err != nil {
-		_ = store.Delete(context.WithoutCancel(ctx), name)
+		c.discard(ctx, name)
 		return res, err
 	}
 	return res, nil
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // List returns all of a directory's entries sorted by name (a file lists
@@ -303,7 +284,7 @@ func (c *Client) request(ctx context.Context, subj, session string, args, out an
 		ctx, cancel = context.WithTimeout(ctx, c.opts.Timeout+extra)
 		defer cancel()
 	}
-	msg, err := c.nc.RequestWithContext(ctx, subj, body)
+	msg, err := c.send(ctx, subj, body)
 	if err != nil {
 		return c.transportError(ctx, subj, session, err)
 	}
@@ -320,6 +301,34 @@ func (c *Client) request(ctx context.Context, subj, session string, args, out an
 		}
 	}
 	return nil
+}
+
+// NoResponderGrace is how long a request that found no responder is sent
+// again before the client gives up on it. Nothing received such a request,
+// so sending it again is always safe; and a responder can be missing for a
+// moment while the server reloads its accounts (adding a tenant drops the
+// tenants' imports for milliseconds) or a node restarts.
+const NoResponderGrace = time.Second
+
+// send sends body on subj and returns the reply, sending it again while
+// nobody answers, within NoResponderGrace and ctx.
+func (c *Client) send(ctx context.Context, subj string, body []byte) (*nats.Msg, error) {
+	giveUp := time.Now().Add(NoResponderGrace)
+	wait := 5 * time.Millisecond
+	for {
+		msg, err := c.nc.RequestWithContext(ctx, subj, body)
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(wait).After(giveUp) {
+			return msg, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 }
 
 func (c *Client) transportError(ctx context.Context, subj, session string, err error) error {

@@ -6,13 +6,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddock-dev/paddock/commands"
-	"github.com/paddock-dev/paddock/errcode"
-	"github.com/paddock-dev/paddock/objectstore"
 )
 
 // workspaceTimeout is added to the client's timeout for operations that
@@ -44,34 +40,22 @@ func (c *Client) Hydrate(ctx context.Context, id string, args commands.HydrateAr
 }
 
 // HydrateFrom uploads the tar archive r to the workspace bucket (streamed,
-// in chunks) and replaces the session's workspace with it. The node checks
+// in chunks, through the engine's transfer service) and replaces the
+// session's workspace with it. The node checks
 // the archive before it extracts anything.
 func (c *Client) HydrateFrom(ctx context.Context, id string, r io.Reader, opts ...CallOption) (commands.HydrateResult, error) {
 	if err := commands.CheckToken("session id", id); err != nil {
 		return commands.HydrateResult{}, err
 	}
-	store, err := c.workspaces(ctx)
-	if err != nil {
-		return commands.HydrateResult{}, err
-	}
-	name, err := store.Upload(ctx, c.opts.Tenant, uuid.NewString(), r)
+	name, _, err := c.upload(ctx, r)
 	if err != nil {
 		return commands.HydrateResult{}, err
 	}
 	res, err := c.Hydrate(ctx, id, commands.HydrateArgs{Upload: name}, opts...)
 	if err != nil {
-		_ = store.Delete(context.WithoutCancel(ctx), name)
+		c.discard(ctx, name)
 	}
 	return res, err
-}
-
-// workspaces opens the workspace bucket.
-func (c *Client) workspaces(ctx context.Context) (*objectstore.Store, error) {
-	js, err := jetstream.New(c.nc)
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "jetstream")
-	}
-	return objectstore.Open(ctx, js, "")
 }
 
 // Resume brings a stopped, shut down or lost session back: its node

@@ -54,6 +54,12 @@ type CreateArgs struct {
 	// PidsLimit caps the number of processes in the sandbox (0: the node's
 	// default).
 	PidsLimit int64 `json:"pids_limit,omitempty"`
+	// LifetimeS is how long the session may live, in seconds from its
+	// create (0: the operator's default, none unless set). Past it the node
+	// shuts the session down (recorded with reason max_lifetime) and it
+	// cannot be started or resumed again. More than the operator's
+	// maximum is policy_denied.
+	LifetimeS int64 `json:"lifetime_s,omitempty"`
 	// Manifest lists files and directories to materialise in the workspace
 	// when the sandbox is created.
 	Manifest []ManifestEntry `json:"manifest,omitempty"`
@@ -79,6 +85,9 @@ const MaxManifestEntries = 1000
 
 // Validate checks the spec's values and returns an invalid_request error
 // naming the first bad one.
+// MaxLifetimeS bounds CreateArgs.LifetimeS: a year.
+const MaxLifetimeS = 366 * 24 * 3600
+
 func (a *CreateArgs) Validate() error {
 	if a.SessionID != "" {
 		if err := CheckToken("session_id", a.SessionID); err != nil {
@@ -92,6 +101,9 @@ func (a *CreateArgs) Validate() error {
 	}
 	if len(a.Env)+len(a.SecretEnv) > MaxEnvVars {
 		return errcode.New(errcode.InvalidRequest, "more than %d environment variables", MaxEnvVars)
+	}
+	if a.LifetimeS < 0 || a.LifetimeS > MaxLifetimeS {
+		return errcode.New(errcode.InvalidRequest, "lifetime_s %d is outside 0..%d", a.LifetimeS, MaxLifetimeS)
 	}
 	if err := checkEnv(a.Env); err != nil {
 		return err

@@ -72,6 +72,25 @@ func (s Subjects) CreateAll() string { return s.prefix() + ".cmd.*.create" }
 // LookupAll matches every tenant's lookup subject.
 func (s Subjects) LookupAll() string { return s.prefix() + ".cmd.*.lookup" }
 
+// Upload is the subject the engine serves to open an upload (or discard
+// one) for tenant; Download opens a download.
+func (s Subjects) Upload(tenant string) string { return s.prefix() + ".cmd." + tenant + ".upload" }
+
+// Download is the subject the engine serves to open a download.
+func (s Subjects) Download(tenant string) string { return s.prefix() + ".cmd." + tenant + ".download" }
+
+// UploadAll and DownloadAll match every tenant's upload and download
+// subjects.
+func (s Subjects) UploadAll() string   { return s.prefix() + ".cmd.*.upload" }
+func (s Subjects) DownloadAll() string { return s.prefix() + ".cmd.*.download" }
+
+// Transfer is the subject of one open transfer's chunks: one token after
+// the tenant (xfer-<id>), so that it never meets a session's subjects,
+// which have two.
+func (s Subjects) Transfer(tenant, id string) string {
+	return s.prefix() + ".cmd." + tenant + ".xfer-" + id
+}
+
 // Session is the subject of op on one session.
 func (s Subjects) Session(tenant, session string, op Op) string {
 	return s.prefix() + ".cmd." + tenant + "." + session + "." + string(op)
