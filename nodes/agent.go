@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nkeys"
 	"log/slog"
 	"runtime/debug"
 	"sort"
@@ -65,6 +66,17 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 		logger = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Signer == nil {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, fmt.Errorf("nodes: signing key: %w", err)
+		}
+		cfg.Signer = kp
+	}
+	log, err := log.Signed(cfg.Signer)
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		nc:       nc,
 		log:      log,
@@ -140,6 +152,8 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.heartbeat()
 	a.loops.Add(1)
 	go a.every(a.cfg.HeartbeatInterval, a.heartbeat)
+	a.loops.Add(1)
+	go a.every(a.cfg.ExpiryInterval, func() { a.expire(a.ctx) })
 	if a.hasFinder() {
 		a.loops.Add(1)
 		go a.every(a.cfg.ReapInterval, func() { a.reap(a.ctx) })
@@ -358,9 +372,13 @@ func (a *Agent) info() Info {
 	if a.draining {
 		status = "draining"
 	}
+	tenants := map[string]int{}
+	for _, s := range a.sessions {
+		tenants[s.tenant]++
+	}
 	return Info{
 		Node: a.cfg.ID, Runtimes: a.order, Capacity: a.cfg.Capacity, Sessions: len(a.sessions),
-		Labels: a.cfg.Labels, Status: status, TS: time.Now().UTC(),
+		Tenants: tenants, Labels: a.cfg.Labels, Status: status, TS: time.Now().UTC(), SigningKey: a.log.SigningKey(),
 	}
 }
 

@@ -111,3 +111,38 @@ func measurePair(b *testing.B, base, paddock func() (cleanup func(), err error))
 	b.ReportMetric(p99-b99, "overhead-p99-µs")
 	b.ReportMetric(p50/b50, "ratio-p50")
 }
+
+// BenchmarkAuthOverhead measures what auth adds to a command, in one run:
+// the same op through a stack without auth and through one with it (the
+// client in its tenant's account, the request crossing the service import
+// and carrying the server's stamp, every identity under its permissions),
+// alternating, at sync=1s so that fsync does not drown the difference.
+// Both nodes sign their events; events' BenchmarkSign gives the cost of
+// the two signatures per op.
+//
+//	go test -run '^$' -bench BenchmarkAuthOverhead -benchtime 1000x ./nodes/
+func BenchmarkAuthOverhead(b *testing.B) {
+	ctx := context.Background()
+	broker := broker.Config{SyncInterval: time.Second}
+	plain := testenv.StartStack(b, testenv.StackOptions{Broker: broker})
+	authed := testenv.StartStack(b, testenv.StackOptions{Broker: broker, Auth: true})
+	session := func(st *testenv.Stack) string {
+		s, err := st.Client.Create(ctx, commands.CreateArgs{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s.SessionID
+	}
+	ps, as := session(plain), session(authed)
+	b.Run("exec-true", func(b *testing.B) {
+		args := commands.ExecArgs{Argv: []string{"true"}}
+		measurePair(b,
+			func() (func(), error) { _, err := plain.Client.Exec(ctx, ps, args); return nil, err },
+			func() (func(), error) { _, err := authed.Client.Exec(ctx, as, args); return nil, err })
+	})
+	b.Run("running", func(b *testing.B) {
+		measurePair(b,
+			func() (func(), error) { _, err := plain.Client.Running(ctx, ps); return nil, err },
+			func() (func(), error) { _, err := authed.Client.Running(ctx, as); return nil, err })
+	})
+}

@@ -22,6 +22,10 @@ type Capture struct {
 type Config struct {
 	// ID names the node; it must be a valid subject token.
 	ID string
+	// Signer signs every event the node appends: its nkey from its
+	// credentials when auth is on. Nil: New makes a key for this run and
+	// registers its public key in the node's registered event.
+	Signer events.Signer
 	// Prefix of every subject (default sbx).
 	Prefix string
 	// Capacity is the most sessions the node holds (default 1000).
@@ -52,6 +56,9 @@ type Config struct {
 	ReapGrace time.Duration
 	// ReapInterval is how often the reaper looks (default 1m).
 	ReapInterval time.Duration
+	// ExpiryInterval is how often the node looks for sessions past their
+	// lifetime (default 1s).
+	ExpiryInterval time.Duration
 	// WorkspaceBucket is the object store bucket of workspace snapshots
 	// (default sbx_workspaces).
 	WorkspaceBucket string
@@ -72,7 +79,7 @@ func (c Config) Validate() error {
 	if c.Capacity < 0 || c.MaxConcurrent < 0 || c.Capture.Limit < 0 || c.TenantConcurrent < 0 || c.TenantSessions < 0 {
 		return errors.New("nodes: negative capacity, concurrency or capture limit")
 	}
-	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 {
+	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 || c.ExpiryInterval < 0 {
 		return errors.New("nodes: negative interval")
 	}
 	if err := c.Policy.Validate(); err != nil {
@@ -111,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = time.Minute
+	}
+	if c.ExpiryInterval == 0 {
+		c.ExpiryInterval = time.Second
 	}
 	return c
 }

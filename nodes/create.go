@@ -104,6 +104,10 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 		spec.Image = commands.DefaultImage // recorded as the image the session runs
 	}
 	cs := createRecord(spec, rtName)
+	if d := a.cfg.Policy.lifetime(spec.LifetimeS); d > 0 {
+		t := time.Now().UTC().Add(d)
+		cs.ExpiresAt = &t
+	}
 	s := a.newSession(p.Tenant, p.SessionID, cs, spec.SecretEnv, 1)
 	if held, err := a.hold(s); err != nil {
 		if held != nil && req.CommandID != "" {

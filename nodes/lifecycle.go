@@ -30,6 +30,9 @@ func runStart(ctx context.Context, _ *Agent, s *session, _ *none) (outcome, erro
 	if err := requireStatus(s, commands.OpStart, projection.StatusRunning, projection.StatusStopped); err != nil {
 		return outcome{}, err
 	}
+	if err := checkLifetime(s, commands.OpStart); err != nil {
+		return outcome{}, err
+	}
 	if err := s.sandbox().Start(ctx); err != nil {
 		return outcome{}, err
 	}

@@ -3,6 +3,7 @@ package nodes
 import (
 	"path"
 	"strings"
+	"time"
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
@@ -30,6 +31,21 @@ type Policy struct {
 	MaxCPUs        float64
 	MaxMemoryBytes int64
 	MaxPids        int64
+	// DefaultLifetime is a session's lifetime when its create asks for
+	// none (0: MaxLifetime); MaxLifetime bounds what a create may ask
+	// (0: no bound, and no lifetime unless asked).
+	DefaultLifetime, MaxLifetime time.Duration
+}
+
+// lifetime is the lifetime a create asking for askS seconds gets (0: none).
+func (p Policy) lifetime(askS int64) time.Duration {
+	switch {
+	case askS > 0:
+		return time.Duration(askS) * time.Second
+	case p.DefaultLifetime > 0:
+		return p.DefaultLifetime
+	}
+	return p.MaxLifetime
 }
 
 // Validate checks the policy's patterns and bounds.
@@ -39,8 +55,11 @@ func (p Policy) Validate() error {
 			return errcode.New(errcode.InvalidRequest, "image pattern %q is not a valid pattern", pat)
 		}
 	}
-	if p.MaxCPUs < 0 || p.MaxMemoryBytes < 0 || p.MaxPids < 0 {
+	if p.MaxCPUs < 0 || p.MaxMemoryBytes < 0 || p.MaxPids < 0 || p.DefaultLifetime < 0 || p.MaxLifetime < 0 {
 		return errcode.New(errcode.InvalidRequest, "policy bounds must not be negative")
+	}
+	if p.MaxLifetime > 0 && p.DefaultLifetime > p.MaxLifetime {
+		return errcode.New(errcode.InvalidRequest, "the default lifetime %s is over the maximum %s", p.DefaultLifetime, p.MaxLifetime)
 	}
 	return nil
 }
@@ -50,6 +69,9 @@ func (p Policy) Validate() error {
 func (p Policy) checkCreate(spec commands.CreateArgs, rt string) error {
 	deny := func(format string, args ...any) error {
 		return errcode.New(errcode.PolicyDenied, format, args...)
+	}
+	if ask := time.Duration(spec.LifetimeS) * time.Second; p.MaxLifetime > 0 && ask > p.MaxLifetime {
+		return deny("a lifetime of %s is over this node's maximum of %s", ask, p.MaxLifetime)
 	}
 	if rt == "docker" && !p.imageAllowed(spec.Image) {
 		return deny("image %s is not allowed on this node", spec.Image)

@@ -37,6 +37,9 @@ func runResume(ctx context.Context, a *Agent, s *session, args *commands.ResumeA
 // session's secret values (for the redaction of everything recorded from
 // now on, and for a re-created sandbox).
 func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]string) (outcome, error) {
+	if err := checkLifetime(s, commands.OpResume); err != nil {
+		return outcome{}, err
+	}
 	if err := s.setSecrets(secretEnv); err != nil {
 		return outcome{}, err
 	}

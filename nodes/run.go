@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/paddock-dev/paddock/auth"
 	"runtime/debug"
 	"time"
 
@@ -51,9 +52,31 @@ func (a *Agent) serve(ctx context.Context, m *nats.Msg, s *session, d opDef) {
 		a.respond(m, commands.ErrorReply(err))
 		return
 	}
+	caller, err := auth.CallerOf(m)
+	if err == nil {
+		req.Actor, err = caller.Authorize(s.tenant, req.Actor)
+	}
+	if err != nil {
+		a.respond(m, a.refuse(ctx, s, req, d.op, caller, err))
+		return
+	}
 	a.respond(m, a.perform(ctx, s, req, d.op, d.start(a, s, args), func(ctx context.Context) (outcome, error) {
 		return d.run(ctx, a, s, args)
 	}))
+}
+
+// refuse records a command its sender may not send (a start and a
+// permission_denied finish, with the sender as actor) and returns the
+// error reply. The command id is dropped: a refused sender must not claim
+// an id the session's own tenant may use later.
+func (a *Agent) refuse(ctx context.Context, s *session, req commands.Request, op commands.Op, caller auth.Caller, cause error) []byte {
+	req.CommandID = ""
+	req.Actor = caller.User
+	if caller.Account != "" {
+		req.Actor = caller.Account + "/" + caller.User
+	}
+	reply, _, _ := a.execute(ctx, s, req, op, nil, func(context.Context) (outcome, error) { return outcome{}, cause })
+	return reply
 }
 
 // validate calls args' Validate method, if it has one.
@@ -208,16 +231,32 @@ func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) e
 		return fmt.Errorf("encode event: %w", err)
 	}
 	var seq uint64
-	// A finish must not be lost to a passing fault: retry what is retryable
-	// within a bound. The event id makes a retried publish idempotent.
-	for attempt := 0; ; attempt++ {
-		seq, err = a.log.AppendRaw(ctx, ev, data, s.lastStreamSeq)
-		if err == nil || errcode.Of(err) != errcode.Unavailable || attempt == 4 || ctx.Err() != nil {
+	for skipped := 0; ; skipped++ {
+		seq, err = a.appendRetrying(ctx, s, ev, data)
+		if err == nil || errcode.Of(err) != errcode.ConcurrencyConflict || skipped == 3 {
 			break
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
+		// Someone else appended to the session. Another node's signed
+		// write means that node owns the session now: the conflict stands.
+		// An event nobody signed, or one that claims this node but is not
+		// signed with its key, was forged by someone with stream rights:
+		// chain past it, so that it cannot stall the session, and leave it
+		// to audit verify, which names it.
+		tail, terr := a.log.Last(ctx, s.tenant, s.id)
+		if terr != nil || tail.Event == nil || tail.StreamSeq == s.lastStreamSeq {
+			break
+		}
+		forged := !tail.Signed || tail.Event.Node == a.cfg.ID && tail.Signer != a.log.SigningKey()
+		if !forged {
+			break
+		}
+		a.logger.Warn("an event this node did not write, in the session's history; chaining past it (audit verify names it)",
+			"tenant", s.tenant, "session", s.id, "seq", tail.Event.Seq, "stream_seq", tail.StreamSeq, "signer", tail.Signer)
+		ev.Seq = max(s.seq, tail.Event.Seq) + 1
+		ev.PrevHash = tail.Hash
+		s.seq, s.lastStreamSeq, s.lastHash = ev.Seq-1, tail.StreamSeq, tail.Hash
+		if data, err = json.Marshal(ev); err != nil {
+			return fmt.Errorf("encode event: %w", err)
 		}
 	}
 	if err != nil {
@@ -227,6 +266,22 @@ func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) e
 	s.lastStreamSeq = seq
 	s.lastHash = events.Hash(data)
 	return nil
+}
+
+// appendRetrying appends data, retrying what is retryable within a bound:
+// a finish must not be lost to a passing fault. The event id makes a
+// retried publish idempotent.
+func (a *Agent) appendRetrying(ctx context.Context, s *session, ev *events.Event, data []byte) (uint64, error) {
+	for attempt := 0; ; attempt++ {
+		seq, err := a.log.AppendRaw(ctx, ev, data, s.lastStreamSeq)
+		if err == nil || errcode.Of(err) != errcode.Unavailable || attempt == 4 || ctx.Err() != nil {
+			return seq, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
+		}
+	}
 }
 
 // startSeqKey carries the seq of an operation's start event to the

@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -31,6 +32,8 @@ type session struct {
 	ephemeral []string
 	// secretKeys names the session's secret variables (the create's).
 	secretKeys map[string]struct{}
+	// expires is when the session's lifetime ends (zero: never).
+	expires time.Time
 
 	// appendMu serialises event appends; it guards seq, lastStreamSeq and
 	// lastHash.
@@ -85,6 +88,9 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: root,
 			Network: cs.Network, User: cs.User, PidsLimit: cs.PidsLimit,
 		},
+	}
+	if cs.ExpiresAt != nil {
+		s.expires = *cs.ExpiresAt
 	}
 	s.memory.init()
 	return s

@@ -29,5 +29,5 @@ func (s *Scheduler) handleResume(ctx context.Context, m *nats.Msg) {
 		s.respond(m, commands.ErrorReply(errcode.New(errcode.InvalidState, "session %s is %s", r.SessionID, st.Status)))
 		return
 	}
-	s.respond(m, s.place(ctx, st.Runtime, "resume", forward(req, commands.ResumePlacement{Tenant: tenant, SessionID: r.SessionID, SecretEnv: r.SecretEnv})))
+	s.respond(m, s.place(ctx, st.Runtime, "resume", tenant, forward(req, commands.ResumePlacement{Tenant: tenant, SessionID: r.SessionID, SecretEnv: r.SecretEnv})))
 }

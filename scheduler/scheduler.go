@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/paddock-dev/paddock/auth"
 	"log/slog"
 	"sort"
 	"sync"
@@ -36,12 +37,21 @@ type Config struct {
 	WaitForNode time.Duration
 	// ForwardTimeout bounds a create on the chosen node (default 2m).
 	ForwardTimeout time.Duration
+	// TenantSessions is the most sessions one tenant may hold across all
+	// nodes (0: no limit besides each node's own share). A create over it
+	// is quota_exceeded. The count is the nodes' heartbeats plus the
+	// placements since, so with several engines each may admit up to the
+	// limit between two heartbeats.
+	TenantSessions int
 }
 
 // Validate checks the config.
 func (c Config) Validate() error {
 	if c.NodeTTL < 0 || c.WaitForNode < 0 || c.ForwardTimeout < 0 {
 		return errors.New("scheduler: negative duration")
+	}
+	if c.TenantSessions < 0 {
+		return errors.New("scheduler: negative tenant session limit")
 	}
 	return nil
 }
@@ -86,7 +96,8 @@ type Scheduler struct {
 	mu      sync.Mutex         // guards the fields below
 	kv      jetstream.KeyValue // the sessions projection, once opened
 	nodes   map[string]nodeRecord
-	changed chan struct{} // closed and replaced on every heartbeat
+	placing map[string]int // placements in flight, by tenant
+	changed chan struct{}  // closed and replaced on every heartbeat
 	subs    []*nats.Subscription
 	closed  bool
 }
@@ -104,6 +115,7 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger) (*Sche
 		nc: nc, log: log, logger: logger, cfg: cfg,
 		subj:    commands.Subjects{Prefix: cfg.Prefix},
 		nodes:   map[string]nodeRecord{},
+		placing: map[string]int{},
 		changed: make(chan struct{}),
 	}, nil
 }
@@ -290,6 +302,15 @@ func (s *Scheduler) decodeTenant(m *nats.Msg, args interface{ Validate() error }
 	if err == nil {
 		err = args.Validate()
 	}
+	if err == nil {
+		var caller auth.Caller
+		if caller, err = auth.CallerOf(m); err == nil {
+			req.Actor, err = caller.Authorize(tenant, req.Actor)
+		}
+		if err != nil {
+			s.logger.Warn("command refused", "subject", m.Subject, "account", caller.Account, "user", caller.User, "err", err)
+		}
+	}
 	if err != nil {
 		s.respond(m, commands.ErrorReply(err))
 		return "", req, false
@@ -315,7 +336,13 @@ func (s *Scheduler) handleCreate(ctx context.Context, m *nats.Msg) {
 		id = uuid.NewString()
 	}
 	spec.SessionID = ""
-	s.respond(m, s.place(ctx, spec.Runtime, "create", forward(req, commands.Placement{Tenant: tenant, SessionID: id, Spec: spec})))
+	release, err := s.reserve(tenant)
+	if err != nil {
+		s.respond(m, commands.ErrorReply(err))
+		return
+	}
+	defer release()
+	s.respond(m, s.place(ctx, spec.Runtime, "create", tenant, forward(req, commands.Placement{Tenant: tenant, SessionID: id, Spec: spec})))
 }
 
 // forward re-encodes req with args for a node: the scheduler speaks its
@@ -330,7 +357,7 @@ func forward(req commands.Request, args any) []byte {
 // place sends body to the node op subject of a node that is up with the
 // runtime and room, trying another when one turns out gone or full, and
 // returns the node's reply (or an error reply).
-func (s *Scheduler) place(ctx context.Context, runtime, op string, body []byte) []byte {
+func (s *Scheduler) place(ctx context.Context, runtime, op, tenant string, body []byte) []byte {
 	tried := map[string]bool{}
 	var full []byte // the last no_capacity reply of a node
 	for attempt := 0; attempt < 3; attempt++ {
@@ -360,11 +387,11 @@ func (s *Scheduler) place(ctx context.Context, runtime, op string, body []byte) 
 		if json.Unmarshal(reply.Data, &rep) == nil {
 			switch {
 			case rep.Error == nil:
-				s.countSession(n.Node, 1)
+				s.countSession(n.Node, tenant, 1)
 			case rep.Error.Code == errcode.NoCapacity:
 				// The node is fuller than its last heartbeat said (or
 				// lacks the runtime after all): try another.
-				s.countSession(n.Node, n.Capacity)
+				s.countSession(n.Node, "", n.Capacity)
 				full = reply.Data
 				continue
 			case rep.Error.Code == errcode.QuotaExceeded:
@@ -393,7 +420,7 @@ func (s *Scheduler) forgetNode(id string) {
 // holds: creates sent faster than nodes heartbeat then spread over the
 // nodes instead of all going to the one that was least loaded at its last
 // heartbeat.
-func (s *Scheduler) countSession(id string, n int) {
+func (s *Scheduler) countSession(id, tenant string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.nodes[id]
@@ -401,7 +428,45 @@ func (s *Scheduler) countSession(id string, n int) {
 		return
 	}
 	r.info.Sessions = min(r.info.Sessions+n, max(r.info.Capacity, r.info.Sessions))
+	if tenant != "" {
+		// A copy: the heartbeat's map may be read elsewhere.
+		t := make(map[string]int, len(r.info.Tenants)+1)
+		for k, v := range r.info.Tenants {
+			t[k] = v
+		}
+		t[tenant] += n
+		r.info.Tenants = t
+	}
 	s.nodes[id] = r
+}
+
+// reserve counts one placement of tenant in flight, or refuses it with
+// quota_exceeded when the tenant's sessions on the nodes that are up, with
+// the placements in flight, are at Config.TenantSessions. release ends the
+// reservation (a placement that succeeded is counted on its node by then).
+func (s *Scheduler) reserve(tenant string) (release func(), err error) {
+	if s.cfg.TenantSessions == 0 {
+		return func() {}, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held := s.placing[tenant]
+	for _, r := range s.nodes {
+		if time.Since(r.lastSeen) <= s.cfg.NodeTTL {
+			held += r.info.Tenants[tenant]
+		}
+	}
+	if held >= s.cfg.TenantSessions {
+		return nil, errcode.New(errcode.QuotaExceeded, "tenant %s holds %d sessions across the deployment, its limit of %d; retry when one is deleted", tenant, held, s.cfg.TenantSessions)
+	}
+	s.placing[tenant]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.placing[tenant]--; s.placing[tenant] == 0 {
+			delete(s.placing, tenant)
+		}
+	}, nil
 }
 
 func (s *Scheduler) handleLookup(ctx context.Context, m *nats.Msg) {

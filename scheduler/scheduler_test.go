@@ -684,3 +684,50 @@ func TestResumeOnAnotherNode(t *testing.T) {
 		t.Fatalf("resume of an unknown session: got %v, want session_not_found", err)
 	}
 }
+
+// TestTenantSessionsAcrossNodes: a tenant's sessions are bounded across
+// all nodes, not only on each (where this tenant would have room on
+// both): the create over the limit is quota_exceeded with the limit in
+// the message, another tenant is not held back, and a deleted session
+// gives its place back once its node heartbeats.
+func TestTenantSessionsAcrossNodes(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true, Tenant: "greedy", Scheduler: scheduler.Config{TenantSessions: 2}})
+	startAgent(t, st, nodes.Config{ID: "a", Capacity: 10, HeartbeatInterval: 100 * time.Millisecond})
+	startAgent(t, st, nodes.Config{ID: "b", Capacity: 10, HeartbeatInterval: 100 * time.Millisecond})
+	waitForNodes(t, st.Scheduler, "a", "b")
+	ctx := testenv.Context(t, time.Minute)
+	placed := map[string]bool{}
+	var first string
+	for i := range 2 {
+		res, err := st.Client.Create(ctx, commands.CreateArgs{})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		placed[res.Node] = true
+		if first == "" {
+			first = res.SessionID
+		}
+	}
+	if len(placed) != 2 {
+		t.Fatalf("placed on %v, want both nodes (so that no node's own share stops the third)", placed)
+	}
+	_, err := st.Client.Create(ctx, commands.CreateArgs{})
+	var e *errcode.Error
+	if !errors.As(err, &e) || e.Code != errcode.QuotaExceeded || !strings.Contains(e.Message, "limit of 2") || !e.Code.Retryable() {
+		t.Fatalf("third create: %v, want a retryable quota_exceeded naming the limit", err)
+	}
+	other, err := client.New(st.ClientConn, client.Options{Tenant: "modest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Create(ctx, commands.CreateArgs{}); err != nil {
+		t.Fatalf("another tenant's create: %v", err)
+	}
+	if err := st.Client.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		_, err := st.Client.Create(ctx, commands.CreateArgs{})
+		return err
+	})
+}
