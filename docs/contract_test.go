@@ -21,6 +21,7 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 
+	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
@@ -31,22 +32,31 @@ var update = flag.Bool("update", false, "rewrite the generated sections of archi
 
 const doc = "architecture.md"
 
-// generated returns the text of each generated section.
-func generated() map[string]string {
-	return map[string]string{
-		"ops":        opsTable(),
-		"errors":     errorsTable(),
-		"event-data": eventDataTable(),
+// generated returns the text of each generated section, by document.
+func generated() map[string]map[string]string {
+	return map[string]map[string]string{
+		doc: {
+			"ops":        opsTable(),
+			"errors":     errorsTable(),
+			"event-data": eventDataTable(),
+		},
+		"security.md": {"permissions": permissionsTable()},
 	}
 }
 
 func TestGeneratedTables(t *testing.T) {
+	for doc, sections := range generated() {
+		checkGenerated(t, doc, sections)
+	}
+}
+
+func checkGenerated(t *testing.T, doc string, sections map[string]string) {
 	b, err := os.ReadFile(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
-	for name, want := range generated() {
+	for name, want := range sections {
 		begin, end := "<!-- BEGIN GENERATED: "+name+" -->\n", "<!-- END GENERATED: "+name+" -->"
 		i, j := strings.Index(text, begin), strings.Index(text, end)
 		if i < 0 || j < i {
@@ -68,6 +78,52 @@ func TestGeneratedTables(t *testing.T) {
 	}
 }
 
+// permissionsTable is each role's NATS permissions, as auth gives them.
+func permissionsTable() string {
+	const key = "UKEY" // stands for the identity's public key
+	var b strings.Builder
+	b.WriteString("| role | account | may publish | may not publish | may subscribe | answers requests |\n|---|---|---|---|---|---|\n")
+	list := func(s *auth.SubjectPermission, allow bool) string {
+		if s == nil {
+			if allow {
+				return "everything in its account"
+			}
+			return "-"
+		}
+		v := s.Deny
+		if allow {
+			v = s.Allow
+		}
+		if len(v) == 0 {
+			return "-"
+		}
+		return "`" + strings.Join(v, "` `") + "`"
+	}
+	for _, id := range []auth.Identity{
+		{Name: "engine", Role: auth.RoleEngine, PublicKey: key},
+		{Name: "admin", Role: auth.RoleAdmin, PublicKey: key},
+		{Name: "<node>", Role: auth.RoleNode, PublicKey: key},
+		{Name: "alice", Role: auth.RoleClient, Tenant: "<tenant>", PublicKey: key},
+		{Name: "<name>", Role: auth.RoleAuditor, Tenant: "<tenant>", PublicKey: key},
+		{Name: "<name>", Role: auth.RoleAuditor, PublicKey: key},
+	} {
+		p := auth.PermissionsOf(id)
+		if p == nil {
+			p = &auth.Permissions{AllowResponses: true}
+		}
+		role := string(id.Role)
+		if id.Role == auth.RoleAuditor {
+			role += map[bool]string{true: " (one tenant)", false: " (every tenant)"}[id.Tenant != ""]
+		}
+		var deny *auth.SubjectPermission
+		if p.Publish != nil {
+			deny = p.Publish
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %v |\n", role, id.Account(), list(p.Publish, true), list(deny, false), list(p.Subscribe, true), map[bool]string{true: "yes", false: "no"}[p.AllowResponses])
+	}
+	return b.String()
+}
+
 // TestSubjectTable: the subject table names every subject the code builds,
 // and nothing else.
 func TestSubjectTable(t *testing.T) {
@@ -79,6 +135,7 @@ func TestSubjectTable(t *testing.T) {
 	e := events.Subjects{}
 	want := []string{
 		s.Create("<tenant>"), s.Lookup("<tenant>"), s.Resume("<tenant>"),
+		s.Upload("<tenant>"), s.Download("<tenant>"), s.Transfer("<tenant>", "<id>"),
 		s.Session("<tenant>", "<session>", "<op>"),
 		s.Node("<node>", "create"), s.Node("<node>", "resume"), s.Node("<node>", "ping"),
 		s.Announce(), s.Heartbeat("<node>"),

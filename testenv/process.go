@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,11 +60,16 @@ var listenRE = regexp.MustCompile(`Listening for client connections on (\S+:\d+)
 // StartNATSProcess starts a separate nats-server process (built from the
 // module's nats-server dependency) with JetStream on disk, listening on a
 // free 127.0.0.1 port, and returns its URL. The process is stopped when the
-// test ends.
-func StartNATSProcess(t testing.TB) string {
+// test ends. Extra arguments go to nats-server: with "-c", "file.conf" the
+// config sets up JetStream, and the listener flags override its listener.
+func StartNATSProcess(t testing.TB, extra ...string) string {
 	t.Helper()
 	bin := BuildBinary(t, "github.com/nats-io/nats-server/v2")
-	cmd := exec.Command(bin, "-js", "-sd", t.TempDir(), "-a", "127.0.0.1", "-p", "-1")
+	args := []string{"-a", "127.0.0.1", "-p", "-1"}
+	if !slices.Contains(extra, "-c") {
+		args = append(args, "-js", "-sd", t.TempDir())
+	}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

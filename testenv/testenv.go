@@ -3,11 +3,13 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/events"
@@ -16,6 +18,7 @@ import (
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/scheduler"
+	"github.com/paddock-dev/paddock/transfer"
 )
 
 // StartBroker starts an embedded server with JetStream in a temporary
@@ -39,10 +42,21 @@ func StartBrokerWith(t testing.TB, cfg broker.Config) *broker.Broker {
 	return b
 }
 
-// Connect opens a TCP connection to url, closed when the test ends.
+// Connect opens a TCP connection to url, closed when the test ends. It
+// authenticates with the credentials file PADDOCK_CREDS names, if any (a
+// test sets it to the admin credentials of the engine it started; "none"
+// means none, as for the CLI).
 func Connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name("paddock-test"))
+	opts := []nats.Option{nats.Name("paddock-test")}
+	if p := os.Getenv("PADDOCK_CREDS"); p != "" && p != "none" {
+		creds, err := auth.LoadCreds(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, creds.Options()...)
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect %s: %v", url, err)
 	}
@@ -98,6 +112,15 @@ type StackOptions struct {
 	// Broker configures the embedded server (durability); its address and
 	// store directory are always the test's own.
 	Broker broker.Config
+	// Scheduler configures the scheduler.
+	Scheduler scheduler.Config
+	// Transfer configures the transfer service.
+	Transfer transfer.Config
+	// Auth runs the stack as engine serve does by default: an auth store
+	// (in Stack.Auth) with the engine, the node and a client of Tenant,
+	// each connected with its own credentials, the node signing with its
+	// issued key.
+	Auth bool
 }
 
 // Stack is a whole Paddock on one embedded server.
@@ -107,11 +130,15 @@ type Stack struct {
 	JS        jetstream.JetStream
 	Log       *events.Log
 	Scheduler *scheduler.Scheduler
+	// Transfers is the engine's file transfer service.
+	Transfers *transfer.Service
 	Agent     *nodes.Agent
 	Local     *local.Runtime
 	// ClientConn is a TCP connection, as a fleet process would have.
 	ClientConn *nats.Conn
 	Client     *client.Client
+	// Auth is the auth store of a stack started with StackOptions.Auth.
+	Auth *auth.Store
 }
 
 // StartStack starts a broker, the events stream and workspace bucket, a
@@ -120,8 +147,26 @@ type Stack struct {
 func StartStack(t testing.TB, opts StackOptions) *Stack {
 	t.Helper()
 	ctx := Context(t, 30*time.Second)
-	st := &Stack{Broker: StartBrokerWith(t, opts.Broker)}
-	nc, err := st.Broker.Connect()
+	if opts.Tenant == "" {
+		opts.Tenant = "default"
+	}
+	if opts.Node.ID == "" {
+		opts.Node.ID = "node-1"
+	}
+	st := &Stack{}
+	var engineOpts []nats.Option
+	if opts.Auth {
+		st.Auth = auth.Open(t.TempDir())
+		for _, id := range [][3]string{{"engine", "engine", ""}, {opts.Node.ID, "node", ""}, {"client", "client", opts.Tenant}} {
+			if _, err := st.Auth.Add(id[0], auth.Role(id[1]), id[2]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		opts.Broker.AccountsFile = st.Auth.ConfigPath()
+		engineOpts = st.credsOptions(t, "engine")
+	}
+	st.Broker = StartBrokerWith(t, opts.Broker)
+	nc, err := st.Broker.Connect(engineOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +180,7 @@ func StartStack(t testing.TB, opts StackOptions) *Stack {
 		t.Fatal(err)
 	}
 	st.Log = events.NewLog(st.JS, "", "")
-	st.Scheduler, err = scheduler.New(nc, st.Log, scheduler.Config{}, nil)
+	st.Scheduler, err = scheduler.New(nc, st.Log, opts.Scheduler, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +188,21 @@ func StartStack(t testing.TB, opts StackOptions) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Scheduler.Close)
+	store, err := objectstore.Open(ctx, st.JS, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Transfers = transfer.New(nc, store, opts.Transfer, nil)
+	if err := st.Transfers.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Transfers.Close)
 
-	st.ClientConn = Connect(t, st.Broker.ClientURL())
+	if opts.Auth {
+		st.ClientConn = ConnectAs(t, st.Broker.ClientURL(), st.Auth.CredsPath("client")).Conn
+	} else {
+		st.ClientConn = Connect(t, st.Broker.ClientURL())
+	}
 	st.Client, err = client.New(st.ClientConn, client.Options{Tenant: opts.Tenant})
 	if err != nil {
 		t.Fatal(err)
@@ -161,11 +219,19 @@ func StartStack(t testing.TB, opts StackOptions) *Stack {
 		rts = []runtime.Runtime{st.Local}
 	}
 	cfg := opts.Node
-	if cfg.ID == "" {
-		cfg.ID = "node-1"
+	if opts.Auth {
+		creds, err := auth.LoadCreds(st.Auth.CredsPath(cfg.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Signer, err = creds.KeyPair(); err != nil {
+			t.Fatal(err)
+		}
+		st.Agent = startAgentOn(t, ConnectAs(t, st.Broker.ClientURL(), st.Auth.CredsPath(cfg.ID)).Conn, cfg, rts...)
+	} else {
+		// The node connects over TCP like a separate agent-node process would.
+		st.Agent = StartAgent(t, st.Broker.ClientURL(), cfg, rts...)
 	}
-	// The node connects over TCP like a separate agent-node process would.
-	st.Agent = StartAgent(t, st.Broker.ClientURL(), cfg, rts...)
 	Eventually(t, 10*time.Second, func() error {
 		if len(st.Scheduler.Nodes()) == 0 {
 			return fmt.Errorf("scheduler knows no node yet")
@@ -175,10 +241,26 @@ func StartStack(t testing.TB, opts StackOptions) *Stack {
 	return st
 }
 
+// credsOptions returns the connect options of a stack identity.
+func (st *Stack) credsOptions(t testing.TB, name string) []nats.Option {
+	t.Helper()
+	creds, err := auth.LoadCreds(st.Auth.CredsPath(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return creds.Options()
+}
+
 // StartAgent starts a node agent with rts (a local runtime in a temporary
 // directory when none is given) on its own TCP connection to url, as a
 // separate agent-node process would run, and closes it when the test ends.
 func StartAgent(t testing.TB, url string, cfg nodes.Config, rts ...runtime.Runtime) *nodes.Agent {
+	t.Helper()
+	return startAgentOn(t, Connect(t, url), cfg, rts...)
+}
+
+// startAgentOn is StartAgent on a given connection.
+func startAgentOn(t testing.TB, nc *nats.Conn, cfg nodes.Config, rts ...runtime.Runtime) *nodes.Agent {
 	t.Helper()
 	if len(rts) == 0 {
 		rt, err := local.New(local.Config{Dir: t.TempDir()})
@@ -187,7 +269,6 @@ func StartAgent(t testing.TB, url string, cfg nodes.Config, rts ...runtime.Runti
 		}
 		rts = []runtime.Runtime{rt}
 	}
-	nc := Connect(t, url)
 	a, err := nodes.New(nc, events.NewLog(JetStream(t, nc), "", ""), cfg, nil, rts...)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,10 @@
 // the deployment's NATS, registers, and executes the commands of the
 // sessions placed on it against the host's runtime.
 //
-//	agent-node --nats-url nats://engine-host:4222 [--id NAME] [--runtime auto|docker|local]
+//	agent-node --nats-url nats://engine-host:4222 --creds node.creds [--id NAME] [--runtime auto|docker|local]
+//
+// --creds are the node's own credentials (engine auth add node NAME): they
+// authenticate it and their key signs every event it appends.
 //
 // --runtime auto (the default) uses Docker when its daemon answers, else the
 // local runtime. On start the agent reattaches the Docker sandboxes of its
@@ -18,6 +21,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/paddock-dev/paddock/auth"
+	"github.com/paddock-dev/paddock/client"
 	"io"
 	"log/slog"
 	"os"
@@ -63,6 +68,8 @@ type config struct {
 	zstdSnaps        bool
 	tenantConcurrent int
 	tenantSessions   int
+	creds            string
+	tlsCA            string
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
@@ -71,6 +78,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
 	fs.StringVar(&cfg.natsURL, "nats-url", envOr("PADDOCK_URL", "nats://127.0.0.1:4222"), "NATS URL of the deployment (env PADDOCK_URL)")
+	fs.StringVar(&cfg.creds, "creds", os.Getenv("PADDOCK_CREDS"), "the node's credentials file (engine auth add node ID; env PADDOCK_CREDS); its key signs the node's events")
+	fs.StringVar(&cfg.tlsCA, "tls-ca", os.Getenv("PADDOCK_TLS_CA"), "CA that signed the server's TLS certificate (env PADDOCK_TLS_CA)")
 	fs.StringVar(&cfg.id, "id", strings.NewReplacer(".", "-", " ", "-").Replace(host), "node id (a subject token)")
 	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime: "+runtimes.Modes+" (auto: Docker when its daemon answers)")
 	fs.StringVar(&cfg.dir, "dir", filepath.Join(os.TempDir(), "paddock-node"), "directory for local sandboxes")
@@ -113,13 +122,29 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	app := fx.New(
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
-		fx.Provide(func(lc fx.Lifecycle) (*nats.Conn, error) {
-			nc, err := nats.Connect(cfg.natsURL, nats.Name("paddock-node-"+cfg.id), nats.MaxReconnects(-1))
+		fx.Provide(func(lc fx.Lifecycle) (*nats.Conn, events.Signer, error) {
+			creds := cfg.creds
+			if creds == "" {
+				creds = "none" // never an admin's default credentials
+			}
+			nc, who, err := client.Connect(client.ConnectOptions{URL: cfg.natsURL, Creds: creds, TLSCA: cfg.tlsCA, Name: "paddock-node-" + cfg.id, Extra: []nats.Option{nats.MaxReconnects(-1)}})
 			if err != nil {
-				return nil, fmt.Errorf("connect %s: %w", cfg.natsURL, err)
+				return nil, nil, err
 			}
 			lc.Append(fx.StopHook(nc.Close))
-			return nc, nil
+			if who == nil {
+				return nc, nil, nil // the node makes a signing key for this run
+			}
+			if who.Role != auth.RoleNode || who.Name != cfg.id {
+				nc.Close()
+				return nil, nil, fmt.Errorf("--creds are those of %s %s, not of node %s", who.Role, who.Name, cfg.id)
+			}
+			kp, err := who.KeyPair()
+			if err != nil {
+				nc.Close()
+				return nil, nil, err
+			}
+			return nc, kp, nil
 		}),
 		fx.Provide(func(lc fx.Lifecycle) ([]runtime.Runtime, error) {
 			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.id, LocalDir: cfg.dir, Loopback: runtimes.URLIsLoopback(cfg.natsURL)}, logger)
@@ -129,7 +154,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			lc.Append(fx.StopHook(closeRuntimes))
 			return rts, nil
 		}),
-		fx.Invoke(func(lc fx.Lifecycle, nc *nats.Conn, rts []runtime.Runtime) error {
+		fx.Invoke(func(lc fx.Lifecycle, nc *nats.Conn, signer events.Signer, rts []runtime.Runtime) error {
 			js, err := jetstream.New(nc)
 			if err != nil {
 				return err
@@ -138,7 +163,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
-				CompressSnapshots: cfg.zstdSnaps,
+				CompressSnapshots: cfg.zstdSnaps, Signer: signer,
 			}, logger, rts...)
 			if err != nil {
 				return err

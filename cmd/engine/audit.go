@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/paddock-dev/paddock/auth"
 	"io"
+	"os"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -30,6 +32,9 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 	g.register(fs, base)
 	session := fs.String("session", "", "only this session (of --tenant); default: every session of every tenant")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	allowUnsigned := fs.Bool("allow-unsigned", false, "accept unsigned events (histories written before nodes signed)")
+	nodeKeys := fs.String("node-keys", "", "JSON file {node: public key} of the keys issued to nodes (default: those of the auth store in --auth-dir)")
+	authDir := fs.String("auth-dir", auth.DirIn(auth.DefaultStateDir()), "auth store whose node keys to trust (engine serve's state dir/auth)")
 	pos, rest, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
@@ -37,7 +42,7 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 	if len(pos) > 0 || rest != nil {
 		return usageErr("audit verify takes no arguments")
 	}
-	js, closeConn, err := dialJS(g)
+	js, closeConn, err := dialJS(&g)
 	if err != nil {
 		return err
 	}
@@ -54,22 +59,44 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 		}
 		filter = log.Subjects().SessionFilter(g.tenant, *session)
 	}
+	if *session == "" && g.consumer() != "" {
+		// An auditor may read its tenant's events (or every tenant's) and
+		// the node events, not the whole stream.
+		filter = log.Subjects().Filter(g.who.Tenant, "", "")
+	}
 	info, err := log.StreamInfo(ctx)
 	if err != nil {
 		return err
 	}
+	issued, keysFrom, err := trustedNodeKeys(*nodeKeys, *authDir)
+	if err != nil {
+		return err
+	}
 	checker := audit.NewChecker(log.Subjects(), info.State.FirstSeq)
-	if err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}}, func(m events.Msg) error {
+	checker.SetTrust(audit.Trust{Issued: issued, RequireSigned: !*allowUnsigned})
+	check := func(m events.Msg) error {
 		checker.Check(m)
 		return nil
-	}); err != nil {
+	}
+	if filter != ">" {
+		// The nodes' registered events first: they say which key each node
+		// signs with.
+		if err := log.Read(ctx, events.ReadOptions{Filters: []string{log.Subjects().AllNodes()}, Consumer: g.consumer()}, check); err != nil {
+			return err
+		}
+	}
+	if err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Consumer: g.consumer()}, check); err != nil {
 		return err
 	}
 	rep := checker.Report()
 	if *session != "" && rep.Events == 0 {
 		return errcode.New(errcode.SessionNotFound, "no events of session %s in tenant %s", *session, g.tenant)
 	}
-	recorded, note := projectorProblems(ctx, js, g.tenant, *session)
+	var recorded []replay.Problem
+	note := "the projection is not an auditor's to read: the events alone were checked"
+	if g.consumer() == "" {
+		recorded, note = projectorProblems(ctx, js, g.tenant, *session)
+	}
 
 	failures := len(recorded)
 	open := 0
@@ -106,12 +133,42 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 		if note != "" {
 			fmt.Fprintf(stdout, "note: %s\n", note)
 		}
-		fmt.Fprintf(stdout, "audit: %d sessions, %d events checked (hash chain, seq, one finish per start): %d failures, %d open operations\n", rep.Sessions, rep.Events, failures, open)
+		for _, sg := range rep.Signers {
+			fmt.Fprintf(stdout, "signed: node %s, key %s (%s): %d events\n", sg.Node, sg.Key, sg.Trust, sg.Events)
+		}
+		fmt.Fprintf(stdout, "node keys: %s\n", keysFrom)
+		fmt.Fprintf(stdout, "audit: %d sessions, %d events checked (signatures, hash chain, seq, one finish per start): %d failures, %d open operations\n", rep.Sessions, rep.Events, failures, open)
 	}
 	if failures > 0 {
 		return exitError{1}
 	}
 	return nil
+}
+
+// trustedNodeKeys returns the keys issued to nodes: from file (JSON
+// {node: key}) when given, else from the auth store in dir when it exists
+// (none otherwise), and says where they came from.
+func trustedNodeKeys(file, dir string) (map[string]string, string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys")
+		}
+		var keys map[string]string
+		if err := json.Unmarshal(b, &keys); err != nil {
+			return nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys "+file+" is not a JSON object of node ids to keys")
+		}
+		return keys, "issued, from " + file, nil
+	}
+	st := auth.Open(dir)
+	if !st.Exists() {
+		return nil, "as the nodes registered them (no auth store at " + dir + " says which keys were issued)", nil
+	}
+	keys, err := st.NodeKeys()
+	if err != nil {
+		return nil, "", err
+	}
+	return keys, "issued, from the auth store at " + dir, nil
 }
 
 // projectorProblems returns the problems the projector recorded in its

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/paddock-dev/paddock/auth"
 	"io"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
@@ -73,14 +73,13 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 			return err
 		}
 	}
-	nc, _, err := dial(g)
+	js, closeConn, err := dialJS(&g)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return errcode.Wrap(errcode.Unavailable, err, "jetstream")
+	defer closeConn()
+	if g.who != nil && g.who.Role == auth.RoleAuditor && g.who.Tenant != "" && *allTenants {
+		return errcode.New(errcode.PermissionDenied, "%s audits tenant %s only", g.who.Name, g.who.Tenant)
 	}
 	log := events.NewLog(js, "", "")
 	tenant := g.tenant
@@ -89,11 +88,11 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	}
 	filter := log.Subjects().Filter(tenant, *session, *op)
 	if sub == "export" && *format == "sdk" {
-		return exportSDK(ctx, log, filter, stdout, stderr)
+		return exportSDK(ctx, log, filter, g.consumer(), stdout, stderr)
 	}
 	if sub == "export" {
 		// The stored bytes, one event per line: the stream's own JSON.
-		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}}, func(m events.Msg) error {
+		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Consumer: g.consumer()}, func(m events.Msg) error {
 			_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
 			return err
 		})
@@ -111,12 +110,15 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		_, err = fmt.Fprintln(stdout, formatEvent(ev))
 		return err
 	}
+	if c := g.consumer(); c != "" && *durable != "" && *durable != c {
+		return errcode.New(errcode.PermissionDenied, "an auditor's durable consumer is named %s (its credentials allow no other)", c)
+	}
 	if *durable != "" {
 		err = log.ReadDurable(ctx, events.DurableOptions{
 			Name: *durable, Filters: []string{filter}, StartSeq: startSeq, StartTime: startTime, Follow: !*noFollow,
 		}, print)
 	} else {
-		err = log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: startSeq, StartTime: startTime, Follow: !*noFollow}, print)
+		err = log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: startSeq, StartTime: startTime, Follow: !*noFollow, Consumer: g.consumer()}, print)
 	}
 	if errors.Is(err, context.Canceled) {
 		return nil // interrupted while following: a normal end
@@ -128,12 +130,12 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 // OpenAI Agents SDK's format (events.ToSDK) and says on stderr how many it
 // skipped and why: ops the SDK has no name for, and events it cannot
 // decode (another schema version).
-func exportSDK(ctx context.Context, log *events.Log, filter string, stdout, stderr io.Writer) error {
+func exportSDK(ctx context.Context, log *events.Log, filter, consumer string, stdout, stderr io.Writer) error {
 	noOp := map[string]int{}
 	undecodable := 0
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
-	err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}}, func(m events.Msg) error {
+	err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Consumer: consumer}, func(m events.Msg) error {
 		ev, err := m.Decode()
 		if err != nil {
 			undecodable++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/paddock-dev/paddock/auth"
 	"io"
 	"os"
 	"sort"
@@ -17,13 +18,42 @@ import (
 type globals struct {
 	server string
 	tenant string
+	// tenantSet is true when --tenant or PADDOCK_TENANT named the tenant
+	// (a client's credentials name it otherwise).
+	tenantSet bool
+	creds     string
+	tlsCA     string
+	// who is the identity dial connected as (nil: no credentials).
+	who *auth.Creds
+}
+
+// mayReadStream refuses, before anything is sent, what the identity's
+// permissions would refuse on the wire (where a refused request gets no
+// answer, only a timeout): a client has no JetStream at all.
+func (g *globals) mayReadStream() error {
+	if g.who != nil && g.who.Role == auth.RoleClient {
+		return errcode.New(errcode.PermissionDenied, "%s is a client of tenant %s: clients drive sandboxes, auditors read events and projections (engine auth add auditor NAME --tenant %s)", g.who.Name, g.who.Tenant, g.who.Tenant)
+	}
+	return nil
+}
+
+// consumer is the events consumer name the identity must read through:
+// an auditor's own (auth.Identity.Consumer), else "" (any).
+func (g *globals) consumer() string {
+	if g.who != nil && g.who.Role == auth.RoleAuditor {
+		return g.who.Consumer()
+	}
+	return ""
 }
 
 // defaultGlobals returns the global flags' values from the environment.
 func defaultGlobals() globals {
 	return globals{
-		server: envOr("PADDOCK_URL", "nats://127.0.0.1:4222"),
-		tenant: envOr("PADDOCK_TENANT", "default"),
+		server:    envOr("PADDOCK_URL", "nats://127.0.0.1:4222"),
+		tenant:    envOr("PADDOCK_TENANT", "default"),
+		tenantSet: os.Getenv("PADDOCK_TENANT") != "",
+		creds:     os.Getenv("PADDOCK_CREDS"),
+		tlsCA:     os.Getenv("PADDOCK_TLS_CA"),
 	}
 }
 
@@ -34,8 +64,7 @@ func parseLeadingGlobals(args []string) (globals, []string, error) {
 	g := defaultGlobals()
 	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // run prints the usage on -h and the error otherwise
-	fs.StringVar(&g.server, "server", g.server, "NATS URL of the Paddock deployment (env PADDOCK_URL)")
-	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant (env PADDOCK_TENANT)")
+	g.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return g, nil, err
@@ -49,8 +78,18 @@ func parseLeadingGlobals(args []string) (globals, []string, error) {
 // base (the environment and any flags given before the command).
 func (g *globals) register(fs *flag.FlagSet, base globals) {
 	*g = base
+	g.flags(fs)
+}
+
+// flags adds the global flags to fs.
+func (g *globals) flags(fs *flag.FlagSet) {
 	fs.StringVar(&g.server, "server", g.server, "NATS URL of the Paddock deployment (env PADDOCK_URL)")
-	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant (env PADDOCK_TENANT)")
+	fs.Func("tenant", "tenant (env PADDOCK_TENANT; default: the credentials' tenant, else \"default\")", func(v string) error {
+		g.tenant, g.tenantSet = v, true
+		return nil
+	})
+	fs.StringVar(&g.creds, "creds", g.creds, "credentials file (env PADDOCK_CREDS; default: the admin credentials engine serve wrote, when present; none: no credentials)")
+	fs.StringVar(&g.tlsCA, "tls-ca", g.tlsCA, "CA certificate that signed the server's (env PADDOCK_TLS_CA)")
 }
 
 func envOr(k, def string) string {

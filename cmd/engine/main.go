@@ -51,11 +51,16 @@ Usage:
   engine replay --verify                       compare the KV projection with the replay
   engine audit verify [--session ID] [--json]  hash chain, seq, one finish per start
   engine projector status [--json]             the projector's checkpoint and lag
+  engine status [--json]                       streams (replicas, leader, followers), nodes, projectors
   engine image build-base [--tag T]            build the sandbox base image (needs busybox-static)
+  engine auth add|ls|rm|server-config|node-keys  identities and credentials (engine auth -h)
 
 Global flags (before the command, or among a command's flags; not for serve):
   --server URL    NATS URL (env PADDOCK_URL, default nats://127.0.0.1:4222)
-  --tenant NAME   tenant (env PADDOCK_TENANT, default "default")
+  --tenant NAME   tenant (env PADDOCK_TENANT; default: the credentials' tenant, else "default")
+  --creds FILE    credentials (env PADDOCK_CREDS; default: the admin credentials engine serve
+                  wrote under its default state dir; "none" for a server without auth)
+  --tls-ca FILE   CA of the server's TLS certificate (env PADDOCK_TLS_CA)
 
 Run "engine COMMAND -h" for a command's flags.
 `
@@ -100,6 +105,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = eventsCmd(ctx, base, args[1:], stdout, stderr)
 	case "image":
 		err = imageCmd(ctx, args[1:], stdout, stderr)
+	case "auth":
+		err = authCmd(args[1:], stdout, stderr)
+	case "status":
+		err = statusCmd(ctx, base, args[1:], stdout, stderr)
 	case "replay":
 		err = replayCmd(ctx, base, args[1:], stdout, stderr)
 	case "audit":

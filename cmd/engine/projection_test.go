@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/paddock-dev/paddock/auth"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -64,8 +65,15 @@ func serveStoppable(t *testing.T, args ...string) (*syncBuffer, func()) {
 		}
 		return nil
 	})
+	// The CLI calls of the test use the admin credentials this engine
+	// made (auth is on by default), never the user's.
+	if m := adminCredsRE.FindStringSubmatch(logs.String()); m != nil {
+		t.Setenv("PADDOCK_CREDS", m[1])
+	}
 	return logs, stop
 }
+
+var adminCredsRE = regexp.MustCompile(`msg=credentials admin=(\S+)`)
 
 // serveFor is serveStoppable returning the engine's client URL.
 func serveFor(t *testing.T, args ...string) (string, func()) {
@@ -298,6 +306,7 @@ func TestKill9UnderLoad(t *testing.T) {
 		return url, cmd, logs
 	}
 	url, cmd, _ := startEngine()
+	t.Setenv("PADDOCK_CREDS", auth.Open(auth.DirIn(dir)).CredsPath("admin"))
 	nc := testenv.Connect(t, url)
 	js := testenv.JetStream(t, nc)
 	c, err := client.New(nc, client.Options{Timeout: 5 * time.Second})

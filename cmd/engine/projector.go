@@ -63,7 +63,7 @@ func projectorCmd(ctx context.Context, base globals, args []string, stdout, stde
 	if len(pos) > 0 {
 		return usageErr("projector status takes no arguments")
 	}
-	js, closeConn, err := dialJS(g)
+	js, closeConn, err := dialJS(&g)
 	if err != nil {
 		return err
 	}
@@ -92,9 +92,13 @@ func projectorCmd(ctx context.Context, base globals, args []string, stdout, stde
 
 // dialJS connects the CLI to the deployment's JetStream; the returned
 // func closes the connection.
-func dialJS(g globals) (jetstream.JetStream, func(), error) {
+func dialJS(g *globals) (jetstream.JetStream, func(), error) {
 	nc, _, err := dial(g)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := g.mayReadStream(); err != nil {
+		nc.Close()
 		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)

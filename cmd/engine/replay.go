@@ -60,7 +60,7 @@ func replayCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 			return err
 		}
 	}
-	js, closeConn, err := dialJS(g)
+	js, closeConn, err := dialJS(&g)
 	if err != nil {
 		return err
 	}

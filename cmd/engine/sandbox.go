@@ -17,10 +17,19 @@ import (
 )
 
 // dial connects the CLI to a Paddock deployment.
-func dial(g globals) (*nats.Conn, *client.Client, error) {
-	nc, err := nats.Connect(g.server, nats.Name("paddock-cli"), nats.Timeout(5*time.Second))
+func dial(g *globals) (*nats.Conn, *client.Client, error) {
+	nc, creds, err := client.Connect(client.ConnectOptions{URL: g.server, Creds: g.creds, TLSCA: g.tlsCA, Name: "paddock-cli"})
 	if err != nil {
-		return nil, nil, errcode.Wrap(errcode.Unavailable, err, "cannot reach Paddock at "+g.server)
+		return nil, nil, err
+	}
+	g.who = creds
+	if creds != nil && creds.Tenant != "" {
+		// A client's (or a tenant auditor's) credentials are its tenant.
+		if g.tenantSet && g.tenant != creds.Tenant {
+			nc.Close()
+			return nil, nil, errcode.New(errcode.PermissionDenied, "the credentials of %s are for tenant %s, not %s", creds.Name, creds.Tenant, g.tenant)
+		}
+		g.tenant = creds.Tenant
 	}
 	c, err := client.New(nc, client.Options{Tenant: g.tenant, Actor: "cli"})
 	if err != nil {
@@ -61,6 +70,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		force     bool
 		parents   bool
 		mode      uint
+		lifetime  time.Duration
 	)
 	switch sub {
 	case "create":
@@ -72,6 +82,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		fs.Float64Var(&cpus, "cpus", 0, "CPU limit")
 		fs.StringVar(&memory, "memory", "", "memory limit, e.g. 512m or 2g")
 		fs.StringVar(&sessionID, "id", "", "session id (default: a new UUID)")
+		fs.DurationVar(&lifetime, "lifetime", 0, "shut the session down this long after its create (default: the operator's)")
 		fs.BoolVar(jsonOut, "json", false, "print the result as JSON")
 	case "exec":
 		fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m)")
@@ -105,7 +116,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	if rest != nil && sub != "exec" {
 		return usageErr("sandbox %s takes no command after --", sub)
 	}
-	nc, c, err := dial(g)
+	nc, c, err := dial(&g)
 	if err != nil {
 		return err
 	}
@@ -115,7 +126,10 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	case "create":
 		spec := commands.CreateArgs{
 			SessionID: sessionID, Runtime: runtime, Image: image, Env: env, SecretEnv: secretEnv,
-			Labels: labels, CPUs: cpus,
+			Labels: labels, CPUs: cpus, LifetimeS: int64(lifetime.Round(time.Second) / time.Second),
+		}
+		if lifetime > 0 && spec.LifetimeS == 0 {
+			spec.LifetimeS = 1
 		}
 		if memory != "" {
 			if spec.MemoryBytes, err = bytesize.Parse(memory); err != nil {

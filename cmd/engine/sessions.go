@@ -48,11 +48,14 @@ func sandboxRead(ctx context.Context, base globals, sub string, args []string, s
 	default:
 		return usageErr("--status %q is not one of creating, running, stopped, shut_down, deleted, failed", *status)
 	}
-	nc, c, err := dial(g)
+	nc, c, err := dial(&g)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	if err := g.mayReadStream(); err != nil {
+		return err
+	}
 	if sub == "inspect" {
 		rec, err := c.Inspect(ctx, pos[0])
 		if err != nil {

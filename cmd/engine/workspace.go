@@ -34,7 +34,7 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 		return usageErr("sandbox %s takes a session id (see engine help)", sub)
 	}
 	id := pos[0]
-	nc, c, err := dial(g)
+	nc, c, err := dial(&g)
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,14 @@
 // Package policyflags registers the operator policy flags that agent-node
 // and engine serve share (--allow-image, --allow-network, --allow-root,
-// --max-cpus, --max-memory, --max-pids) and builds a nodes.Policy from
+// --max-cpus, --max-memory, --max-pids, --default-lifetime,
+// --max-lifetime) and builds a nodes.Policy from
 // them.
 package policyflags
 
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 
@@ -21,6 +23,8 @@ type Flags struct {
 	cpus    float64
 	memory  string
 	pids    int64
+	// defaultLife and maxLife are the session lifetimes.
+	defaultLife, maxLife time.Duration
 }
 
 // Register adds the policy flags to fs.
@@ -35,12 +39,15 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.Float64Var(&f.cpus, "max-cpus", 0, "most cpus a create may ask (0: no bound)")
 	fs.StringVar(&f.memory, "max-memory", "", "most memory a create may ask, e.g. 4g (default: no bound)")
 	fs.Int64Var(&f.pids, "max-pids", 0, "most processes a create may ask (0: no bound)")
+	fs.DurationVar(&f.defaultLife, "default-lifetime", 0, "lifetime of a session whose create asks for none (0: --max-lifetime)")
+	fs.DurationVar(&f.maxLife, "max-lifetime", 0, "longest lifetime a create may ask; past its lifetime a session is shut down (0: no bound)")
 	return f
 }
 
 // Policy returns the policy the flags say, or an error naming a bad flag.
 func (f *Flags) Policy() (nodes.Policy, error) {
-	p := nodes.Policy{Images: f.images, AllowNetwork: f.network, AllowRoot: f.root, MaxCPUs: f.cpus, MaxPids: f.pids}
+	p := nodes.Policy{Images: f.images, AllowNetwork: f.network, AllowRoot: f.root, MaxCPUs: f.cpus, MaxPids: f.pids,
+		DefaultLifetime: f.defaultLife, MaxLifetime: f.maxLife}
 	if f.memory != "" {
 		n, err := bytesize.Parse(f.memory)
 		if err != nil {

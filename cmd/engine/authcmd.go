@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/paddock-dev/paddock/auth"
+)
+
+const authUsage = `usage:
+  engine auth add ROLE NAME [--tenant T]   make an identity; prints its credentials file
+                                           ROLE: client (needs --tenant), node (NAME is its node id),
+                                           auditor (--tenant: of that tenant only), admin, engine
+  engine auth ls [--json]                  the identities
+  engine auth rm NAME                      revoke one (a running engine reloads within a second)
+  engine auth server-config [--listen H:P] [--store-dir D]
+                                           a nats-server config with Paddock's accounts, for an
+                                           external server or cluster (add your cluster block)
+  engine auth node-keys                    {node: public key} of every node, for audit verify --node-keys
+Every auth command takes --auth-dir (default: the auth store of engine serve's default state dir).
+`
+
+// authCmd is `engine auth ...`: the identities in an auth store, on this
+// machine's disk (the engine's state dir, or a directory an operator keeps
+// for an external cluster).
+func authCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageErr("%s", authUsage)
+	}
+	sub := args[0]
+	fs := newFlagSet("auth "+sub, stderr)
+	dir := fs.String("auth-dir", auth.DirIn(auth.DefaultStateDir()), "the auth store's directory")
+	tenant := fs.String("tenant", "", "the client's (or auditor's) tenant")
+	jsonOut := fs.Bool("json", false, "print JSON")
+	listen := fs.String("listen", "0.0.0.0:4222", "server-config: the client listener")
+	storeDir := fs.String("store-dir", "/var/lib/nats/jetstream", "server-config: JetStream's directory")
+	pos, rest, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if rest != nil {
+		return usageErr("%s", authUsage)
+	}
+	st := auth.Open(*dir)
+	switch {
+	case sub == "add" && len(pos) == 2:
+		c, err := st.Add(pos[1], auth.Role(pos[0]), *tenant)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, st.CredsPath(c.Name))
+		fmt.Fprintf(stderr, "%s %s: key %s; keep the credentials file secret (0600)\n", c.Role, c.Name, c.PublicKey)
+		return nil
+	case sub == "ls" && len(pos) == 0:
+		ids, err := st.Identities()
+		if err != nil {
+			return err
+		}
+		if *jsonOut {
+			return printJSON(stdout, ids)
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tROLE\tTENANT\tKEY\tACCOUNT")
+		for _, id := range ids {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, orDash(id.Tenant), id.PublicKey, id.Account())
+		}
+		return tw.Flush()
+	case sub == "rm" && len(pos) == 1:
+		return st.Remove(pos[0])
+	case sub == "server-config" && len(pos) == 0:
+		ids, err := st.Identities()
+		if err != nil {
+			return err
+		}
+		accounts, err := auth.ServerConfig(ids)
+		if err != nil {
+			return err
+		}
+		host, port, err := splitListen(*listen)
+		if err != nil {
+			return err
+		}
+		q, _ := json.Marshal(*storeDir)
+		fmt.Fprintf(stdout, "# nats-server config for Paddock (engine auth server-config).\nhost: %q\nport: %d\njetstream: {store_dir: %s}\n", host, port, q)
+		_, err = stdout.Write(accounts)
+		return err
+	case sub == "node-keys" && len(pos) == 0:
+		keys, err := st.NodeKeys()
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, keys)
+	}
+	if !st.Exists() && sub != "add" {
+		fmt.Fprintf(stderr, "note: no auth store at %s\n", *dir)
+	}
+	return usageErr("%s", authUsage)
+}
+
+// splitListen parses HOST:PORT.
+func splitListen(s string) (string, int, error) {
+	bc := serveConfig{listen: s, sync: "always"}
+	b, err := bc.brokerConfig()
+	if err != nil {
+		return "", 0, err
+	}
+	if b.Port <= 0 {
+		return "", 0, usageErr("--listen %q needs a fixed port", s)
+	}
+	return b.Host, b.Port, nil
+}

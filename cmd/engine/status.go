@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/projector"
+)
+
+// streamStatus is one of Paddock's streams as `engine status` shows it.
+type streamStatus struct {
+	Name      string           `json:"name"`
+	Replicas  int              `json:"replicas"`
+	Leader    string           `json:"leader,omitempty"`
+	Followers []followerStatus `json:"followers,omitempty"`
+	Messages  uint64           `json:"messages"`
+	Bytes     uint64           `json:"bytes"`
+	Missing   bool             `json:"missing,omitempty"`
+}
+
+type followerStatus struct {
+	Name    string        `json:"name"`
+	Current bool          `json:"current"`
+	Offline bool          `json:"offline,omitempty"`
+	Lag     uint64        `json:"lag,omitempty"`
+	Active  time.Duration `json:"active_ns,omitempty"`
+}
+
+// statusReport is what `engine status` prints.
+type statusReport struct {
+	Streams    []streamStatus     `json:"streams"`
+	Nodes      []nodes.Info       `json:"nodes"`
+	Projectors []projector.Status `json:"projectors"`
+}
+
+// statusCmd is `engine status`: the deployment at a glance: each stream's
+// replicas, leader and followers, the nodes that answer (asked to
+// heartbeat at once), and the projectors' lag.
+func statusCmd(ctx context.Context, base globals, args []string, stdout, stderr io.Writer) error {
+	var g globals
+	fs := newFlagSet("status", stderr)
+	g.register(fs, base)
+	jsonOut := fs.Bool("json", false, "print the status as JSON")
+	wait := fs.Duration("wait", time.Second, "how long to listen for the nodes' heartbeats")
+	pos, rest, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || rest != nil {
+		return usageErr("status takes no arguments")
+	}
+	js, closeConn, err := dialJS(&g)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if g.consumer() != "" {
+		return errcode.New(errcode.PermissionDenied, "%s is an auditor: status is for the engine's and admins' credentials", g.who.Name)
+	}
+	var rep statusReport
+	for _, name := range []string{events.DefaultStream, "KV_" + projector.SessionsBucket, "KV_" + projector.NodesBucket, "KV_" + projector.StateBucket, "OBJ_" + objectstore.DefaultBucket} {
+		st, err := streamInfo(ctx, js, name)
+		if err != nil {
+			return err
+		}
+		rep.Streams = append(rep.Streams, st)
+	}
+	if rep.Nodes, err = heartbeats(ctx, js.Conn(), *wait); err != nil {
+		return err
+	}
+	if _, sts, err := projector.ReadStatus(ctx, js, events.DefaultStream); err == nil {
+		rep.Projectors = sts
+	}
+	if *jsonOut {
+		return printJSON(stdout, rep)
+	}
+	return printStatus(stdout, rep)
+}
+
+func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (streamStatus, error) {
+	st := streamStatus{Name: name}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(sctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st.Missing = true
+		return st, nil
+	}
+	if err != nil {
+		return st, errcode.Wrap(errcode.Unavailable, err, "stream "+name)
+	}
+	info := s.CachedInfo()
+	st.Replicas, st.Messages, st.Bytes = info.Config.Replicas, info.State.Msgs, info.State.Bytes
+	if c := info.Cluster; c != nil {
+		st.Leader = c.Leader
+		for _, r := range c.Replicas {
+			st.Followers = append(st.Followers, followerStatus{Name: r.Name, Current: r.Current, Offline: r.Offline, Lag: r.Lag, Active: r.Active})
+		}
+	}
+	return st, nil
+}
+
+// heartbeats asks every node to heartbeat now and collects what comes
+// within wait, one per node.
+func heartbeats(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]nodes.Info, error) {
+	subj := commands.Subjects{}
+	ch := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe(subj.HeartbeatAll(), ch)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Unavailable, err, "subscribe heartbeats")
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Publish(subj.Announce(), nil); err != nil {
+		return nil, errcode.Wrap(errcode.Unavailable, err, "announce")
+	}
+	seen := map[string]nodes.Info{}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		select {
+		case m := <-ch:
+			var info nodes.Info
+			if json.Unmarshal(m.Data, &info) == nil && m.Subject == subj.Heartbeat(info.Node) {
+				seen[info.Node] = info
+			}
+		case <-deadline.C:
+			out := make([]nodes.Info, 0, len(seen))
+			for _, n := range seen {
+				out = append(out, n)
+			}
+			sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+			return out, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func printStatus(w io.Writer, rep statusReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STREAM\tREPLICAS\tLEADER\tFOLLOWERS\tMESSAGES\tBYTES")
+	for _, s := range rep.Streams {
+		if s.Missing {
+			fmt.Fprintf(tw, "%s\t-\t-\t(missing)\t-\t-\n", s.Name)
+			continue
+		}
+		var fl []string
+		for _, f := range s.Followers {
+			state := "current"
+			switch {
+			case f.Offline:
+				state = "offline"
+			case !f.Current:
+				state = fmt.Sprintf("behind %d", f.Lag)
+			}
+			fl = append(fl, f.Name+" "+state)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\n", s.Name, s.Replicas, orDash(s.Leader), orDash(strings.Join(fl, ", ")), s.Messages, s.Bytes)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "NODE\tSTATUS\tRUNTIMES\tSESSIONS\tCAPACITY")
+	for _, n := range rep.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", n.Node, n.Status, strings.Join(n.Runtimes, ","), n.Sessions, n.Capacity)
+	}
+	if len(rep.Nodes) == 0 {
+		fmt.Fprintln(tw, "(no node answered)")
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "PROJECTOR\tCHECKPOINT\tLAG")
+	for _, p := range rep.Projectors {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", p.Name, p.StreamSeq, p.Lag)
+	}
+	return tw.Flush()
+}

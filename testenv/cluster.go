@@ -1,0 +1,133 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paddock-dev/paddock/broker"
+)
+
+// Cluster is a NATS cluster of embedded servers on 127.0.0.1, each with
+// JetStream on disk in a temporary directory.
+type Cluster struct {
+	t       testing.TB
+	cfgs    []broker.Config
+	Brokers []*broker.Broker
+}
+
+// StartCluster starts n servers (3 for a JetStream cluster that survives
+// the loss of one) routed to each other, with base's durability and auth,
+// and waits until JetStream has a leader. The servers stop when the test
+// ends.
+func StartCluster(t testing.TB, n int, base broker.Config) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t}
+	// A JetStream cluster wants every server's routes at start, so the
+	// route ports are picked first (free ports of the moment).
+	routePorts := freePorts(t, n)
+	for i := range n {
+		cfg := base
+		cfg.StoreDir = t.TempDir()
+		cfg.Host, cfg.Port = "127.0.0.1", -1
+		cfg.ServerName = fmt.Sprintf("s%d", i+1)
+		cfg.Cluster = &broker.Cluster{Name: "paddock-test", Host: "127.0.0.1", Port: routePorts[i]}
+		for _, p := range routePorts {
+			cfg.Cluster.Routes = append(cfg.Cluster.Routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+		}
+		c.cfgs = append(c.cfgs, cfg)
+	}
+	// Started together: each waits for a quorum to form.
+	errs := make(chan error, n)
+	c.Brokers = make([]*broker.Broker, n)
+	for i := range n {
+		go func() { // joined below through errs
+			b, err := broker.Start(c.cfgs[i])
+			c.Brokers[i] = b
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("start cluster: %v", err)
+		}
+	}
+	for i, b := range c.Brokers {
+		// Pin the client port picked, so that a restart comes back there.
+		c.cfgs[i].Port = b.Server().Addr().(*net.TCPAddr).Port
+	}
+	t.Cleanup(func() {
+		for _, b := range c.Brokers {
+			if b != nil {
+				b.Shutdown()
+			}
+		}
+	})
+	c.WaitJetStream(30 * time.Second)
+	return c
+}
+
+// freePorts returns n ports that were free a moment ago on 127.0.0.1.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// URL is every running server's client URL, comma separated, as a client
+// that should survive the loss of one server is given.
+func (c *Cluster) URL() string {
+	var urls []string
+	for _, b := range c.Brokers {
+		if b != nil {
+			urls = append(urls, b.ClientURL())
+		}
+	}
+	return strings.Join(urls, ",")
+}
+
+// Stop shuts server i down (its files stay).
+func (c *Cluster) Stop(i int) {
+	c.Brokers[i].Shutdown()
+	c.Brokers[i] = nil
+}
+
+// Restart starts server i again on its ports and files.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	b, err := broker.Start(c.cfgs[i])
+	if err != nil {
+		c.t.Fatalf("restart server %s: %v", c.cfgs[i].ServerName, err)
+	}
+	c.Brokers[i] = b
+}
+
+// WaitJetStream waits until a client of the running servers gets an
+// answer from JetStream (a meta leader is elected).
+func (c *Cluster) WaitJetStream(d time.Duration) {
+	c.t.Helper()
+	nc := Connect(c.t, c.URL())
+	defer nc.Close()
+	js := JetStream(c.t, nc)
+	Eventually(c.t, d, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := js.AccountInfo(ctx)
+		return err
+	})
+}
