@@ -3,6 +3,7 @@ module github.com/paddock-dev/paddock
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/go-json-experiment/json v1.27.2
 	github.com/google/uuid v1.6.0
@@ -11,6 +12,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nats-io/nkeys v0.4.16
 	go.uber.org/fx v1.24.0
+	golang.org/x/term v0.47.0
 )
 
 require (

@@ -60,6 +60,10 @@ type CreateArgs struct {
 	// cannot be started or resumed again. More than the operator's
 	// maximum is policy_denied.
 	LifetimeS int64 `json:"lifetime_s,omitempty"`
+	// MaxProcesses bounds the processes (proc_start) the session holds at
+	// once, running or exited and not yet read (0: the node's default, 16;
+	// at most MaxProcesses).
+	MaxProcesses int `json:"max_processes,omitempty"`
 	// Manifest lists files and directories to materialise in the workspace
 	// when the sandbox is created.
 	Manifest []ManifestEntry `json:"manifest,omitempty"`
@@ -104,6 +108,9 @@ func (a *CreateArgs) Validate() error {
 	}
 	if a.LifetimeS < 0 || a.LifetimeS > MaxLifetimeS {
 		return errcode.New(errcode.InvalidRequest, "lifetime_s %d is outside 0..%d", a.LifetimeS, MaxLifetimeS)
+	}
+	if a.MaxProcesses < 0 || a.MaxProcesses > MaxProcesses {
+		return errcode.New(errcode.InvalidRequest, "max_processes %d is outside 0..%d", a.MaxProcesses, MaxProcesses)
 	}
 	if err := checkEnv(a.Env); err != nil {
 		return err

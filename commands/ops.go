@@ -28,7 +28,8 @@ const (
 )
 
 // SessionOps lists the ops served on a session subject.
-var SessionOps = []Op{OpStart, OpExec, OpRead, OpWrite, OpLs, OpRm, OpMkdir, OpRunning, OpStop, OpShutdown, OpDelete, OpPersist, OpHydrate, OpResume}
+var SessionOps = []Op{OpStart, OpExec, OpRead, OpWrite, OpLs, OpRm, OpMkdir, OpRunning, OpStop, OpShutdown, OpDelete, OpPersist, OpHydrate, OpResume,
+	OpProcStart, OpProcWrite, OpProcRead, OpProcResize, OpProcSignal, OpProcList}
 
 // Known reports whether op is served on a session subject.
 func (op Op) Known() bool {
@@ -77,5 +78,11 @@ func Specs() []Spec {
 		{OpPersist, OnSession, nil, SnapshotResult{}, "snapshot the workspace into the object store"},
 		{OpHydrate, OnSession, HydrateArgs{}, HydrateResult{}, "replace the workspace with a snapshot or an uploaded tar"},
 		{OpResume, OnSession, ResumeArgs{}, ResumeResult{}, "bring a stopped or shut-down session back"},
+		{OpProcStart, OnSession, ProcStartArgs{}, ProcResult{}, "start a process that outlives the call (a terminal, stdin); output within the yield window"},
+		{OpProcWrite, OnSession, ProcArgs{}, ProcResult{}, "write to a process's stdin; output within the yield window"},
+		{OpProcRead, OnSession, ProcArgs{}, ProcResult{}, "output of a process within the yield window, and whether it runs"},
+		{OpProcResize, OnSession, ProcResizeArgs{}, nil, "resize a process's terminal"},
+		{OpProcSignal, OnSession, ProcSignalArgs{}, nil, "signal a process (its whole session)"},
+		{OpProcList, OnSession, nil, ProcListResult{}, "the session's processes, running and exited"},
 	}
 }

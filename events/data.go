@@ -29,6 +29,8 @@ type CreateStart struct {
 	Network       bool              `json:"network,omitempty"`
 	User          string            `json:"user,omitempty"`
 	PidsLimit     int64             `json:"pids_limit,omitempty"`
+	// MaxProcesses is the create's process limit (0: the node's).
+	MaxProcesses int `json:"max_processes,omitempty"`
 	// ExpiresAt is when the session's lifetime ends (none when absent):
 	// the node shuts it down then, and it is not started or resumed again.
 	ExpiresAt *time.Time       `json:"expires_at,omitempty"`
@@ -202,6 +204,64 @@ type NodeInfo struct {
 	SigningKey string `json:"signing_key,omitempty"`
 }
 
+// ProcStart is the start data of proc_start: the process as exec records
+// one (argv and cwd with secret values redacted, env by name only).
+type ProcStart struct {
+	Argv    []string `json:"argv"`
+	Cwd     string   `json:"cwd,omitempty"`
+	EnvKeys []string `json:"env_keys,omitempty"`
+	User    string   `json:"user,omitempty"`
+	TTY     bool     `json:"tty,omitempty"`
+	Rows    uint16   `json:"rows,omitempty"`
+	Cols    uint16   `json:"cols,omitempty"`
+}
+
+// ProcRef is the start data of the process ops that name a process
+// (proc_read, proc_exit) and of proc_write, which counts what it writes:
+// stdin is never recorded.
+type ProcRef struct {
+	ProcessID  int64 `json:"process_id"`
+	InputBytes int   `json:"input_bytes,omitempty"`
+	CloseStdin bool  `json:"close_stdin,omitempty"`
+}
+
+// ProcUpdate is the finish data of proc_start, proc_write and proc_read:
+// how much output the reply carried (the output itself goes where the
+// capture policy puts exec's) and whether the process still runs.
+type ProcUpdate struct {
+	ProcessID    int64 `json:"process_id"`
+	OutputBytes  int64 `json:"output_bytes"`
+	DroppedBytes int64 `json:"dropped_bytes,omitempty"`
+	Running      bool  `json:"running"`
+	ExitCode     *int  `json:"exit_code,omitempty"`
+}
+
+// ProcResizeStart is the start data of proc_resize.
+type ProcResizeStart struct {
+	ProcessID int64  `json:"process_id"`
+	Rows      uint16 `json:"rows"`
+	Cols      uint16 `json:"cols"`
+}
+
+// ProcSignalStart is the start data of proc_signal.
+type ProcSignalStart struct {
+	ProcessID int64  `json:"process_id"`
+	Signal    string `json:"signal"`
+}
+
+// ProcExitFinish is the finish data of proc_exit, which the node records
+// when a process has ended: its exit code (none when it was lost) and why
+// it ended: exited (by itself), killed (a signal someone sent), stopped
+// (the session stopped or shut down), reaped (idle past the node's
+// limit, or pushed out by the session's process limit) or lost (the node
+// restarted while it ran).
+type ProcExitFinish struct {
+	ProcessID   int64  `json:"process_id"`
+	ExitCode    *int   `json:"exit_code,omitempty"`
+	Reason      string `json:"reason"`
+	OutputBytes int64  `json:"output_bytes"`
+}
+
 // NewData returns a pointer to a new value of the data type of op's
 // events in phase, or nil when that phase carries no data (the start of
 // running and of the lifecycle ops, the finish of mkdir).
@@ -264,6 +324,29 @@ func NewData(op string, phase Phase) any {
 			return new(ResumeStart)
 		}
 		return new(ResumeFinish)
+	case commands.OpProcStart:
+		if start {
+			return new(ProcStart)
+		}
+		return new(ProcUpdate)
+	case commands.OpProcWrite, commands.OpProcRead:
+		if start {
+			return new(ProcRef)
+		}
+		return new(ProcUpdate)
+	case commands.OpProcResize:
+		if start {
+			return new(ProcResizeStart)
+		}
+	case commands.OpProcSignal:
+		if start {
+			return new(ProcSignalStart)
+		}
+	case commands.OpProcExit:
+		if start {
+			return new(ProcRef)
+		}
+		return new(ProcExitFinish)
 	}
 	return nil
 }

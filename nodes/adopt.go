@@ -144,6 +144,7 @@ func (a *Agent) adoptOne(ctx context.Context, fd runtime.Found, h history) error
 // started but never finished because its node stopped under it, so that
 // every start has its finish, and remembers it under its command id.
 func (a *Agent) finishInFlight(ctx context.Context, s *session, h history) error {
+	lost := lostProcesses(h.evs)
 	for _, ev := range h.evs {
 		if ev.Phase != events.PhaseStart {
 			continue
@@ -164,6 +165,11 @@ func (a *Agent) finishInFlight(ctx context.Context, s *session, h history) error
 			return fmt.Errorf("record the end of %s %s: %w", ev.Op, ev.SpanID, err)
 		}
 		s.memory.recordFinish(fin)
+	}
+	// The processes the history started and never ended ran under a node
+	// that is gone (or restarted): nobody holds their streams any more.
+	for _, id := range lost {
+		a.recordExit(s, id, nil, ProcLost, 0)
 	}
 	return nil
 }

@@ -153,7 +153,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.loops.Add(1)
 	go a.every(a.cfg.HeartbeatInterval, a.heartbeat)
 	a.loops.Add(1)
-	go a.every(a.cfg.ExpiryInterval, func() { a.expire(a.ctx) })
+	go a.every(a.cfg.ExpiryInterval, func() { a.expire(a.ctx); a.reapIdle() })
 	if a.hasFinder() {
 		a.loops.Add(1)
 		go a.every(a.cfg.ReapInterval, func() { a.reap(a.ctx) })
@@ -197,6 +197,19 @@ func (a *Agent) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("nodes: drain bound reached, cancelling in-flight commands: %w", ctx.Err())
 	}
+	// Processes cannot outlive the node that holds their streams: each
+	// ends now, its proc_exit saying lost.
+	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	a.mu.Lock()
+	held := make([]*session, 0, len(a.sessions))
+	for _, s := range a.sessions {
+		held = append(held, s)
+	}
+	a.mu.Unlock()
+	for _, s := range held {
+		s.procs.end(pctx, "stopping with its node", ProcLost)
+	}
+	pcancel()
 	a.cancel()
 	<-done
 	a.loops.Wait()

@@ -59,6 +59,17 @@ type Config struct {
 	// ExpiryInterval is how often the node looks for sessions past their
 	// lifetime (default 1s).
 	ExpiryInterval time.Duration
+	// MaxProcesses is a session's process limit when its create names
+	// none (default 16; commands.MaxProcesses at most).
+	MaxProcesses int
+	// ProcBufferBytes bounds the output a process keeps that nobody has
+	// read (default 1 MiB); past it the oldest bytes are dropped, and the
+	// next reader is told how many.
+	ProcBufferBytes int
+	// ProcIdleTimeout ends a process nobody has read, written or
+	// signalled for this long (default 30m; the check runs with the
+	// expiry loop).
+	ProcIdleTimeout time.Duration
 	// WorkspaceBucket is the object store bucket of workspace snapshots
 	// (default sbx_workspaces).
 	WorkspaceBucket string
@@ -79,7 +90,10 @@ func (c Config) Validate() error {
 	if c.Capacity < 0 || c.MaxConcurrent < 0 || c.Capture.Limit < 0 || c.TenantConcurrent < 0 || c.TenantSessions < 0 {
 		return errors.New("nodes: negative capacity, concurrency or capture limit")
 	}
-	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 || c.ExpiryInterval < 0 {
+	if c.MaxProcesses < 0 || c.MaxProcesses > commands.MaxProcesses || c.ProcBufferBytes < 0 {
+		return fmt.Errorf("nodes: max processes outside 0..%d, or a negative process buffer", commands.MaxProcesses)
+	}
+	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 || c.ExpiryInterval < 0 || c.ProcIdleTimeout < 0 {
 		return errors.New("nodes: negative interval")
 	}
 	if err := c.Policy.Validate(); err != nil {
@@ -121,6 +135,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ExpiryInterval == 0 {
 		c.ExpiryInterval = time.Second
+	}
+	if c.MaxProcesses == 0 {
+		c.MaxProcesses = 16
+	}
+	if c.ProcBufferBytes == 0 {
+		c.ProcBufferBytes = 1 << 20
+	}
+	if c.ProcIdleTimeout == 0 {
+		c.ProcIdleTimeout = 30 * time.Minute
 	}
 	return c
 }

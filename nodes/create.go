@@ -73,7 +73,7 @@ func createRecord(spec commands.CreateArgs, rtName string) events.CreateStart {
 	cs := events.CreateStart{
 		Runtime: rtName, Image: spec.Image, Env: spec.Env, SecretEnvKeys: sortedKeys(spec.SecretEnv), Labels: spec.Labels,
 		CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root, Epoch: 1,
-		Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit,
+		Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit, MaxProcesses: spec.MaxProcesses,
 	}
 	for _, e := range spec.Manifest {
 		r := events.ManifestRecord{Path: e.Path, Dir: e.Dir, Mode: e.Mode, Ephemeral: e.Ephemeral}

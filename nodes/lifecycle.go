@@ -49,6 +49,7 @@ func runStop(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error
 	if err != nil {
 		return outcome{}, err
 	}
+	s.procs.end(ctx, "stopping", ProcStopped)
 	if err := s.sandbox().Stop(ctx); err != nil {
 		return outcome{}, err
 	}
@@ -61,6 +62,7 @@ func runStop(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error
 }
 
 func runShutdown(ctx context.Context, _ *Agent, s *session, _ *none) (outcome, error) {
+	s.procs.end(ctx, "shutting down", ProcStopped)
 	if err := s.sandbox().Shutdown(ctx); err != nil {
 		return outcome{}, err
 	}
@@ -70,6 +72,7 @@ func runShutdown(ctx context.Context, _ *Agent, s *session, _ *none) (outcome, e
 // runDelete shuts the sandbox down and forgets the session once its
 // finish is recorded; the session id is never used again.
 func runDelete(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error) {
+	s.procs.end(ctx, "being deleted", ProcStopped)
 	if err := s.sandbox().Shutdown(ctx); err != nil {
 		return outcome{}, err
 	}

@@ -227,7 +227,12 @@ func replayReply(create *events.Event, fin events.Event) []byte {
 			r.Runtime = cs.Runtime
 		}
 		result = r
-	case commands.OpRm, commands.OpMkdir:
+	case commands.OpProcStart, commands.OpProcWrite, commands.OpProcRead:
+		// The output is there only as far as the capture policy kept it.
+		d, _ := events.DecodeData[events.ProcUpdate](fin)
+		result = commands.ProcResult{ProcessID: d.ProcessID, Output: fin.Stdout, OutputEncoding: fin.StdoutEncoding,
+			DroppedBytes: d.DroppedBytes, Running: d.Running, ExitCode: d.ExitCode}
+	case commands.OpRm, commands.OpMkdir, commands.OpProcResize, commands.OpProcSignal:
 		result = struct{}{}
 	}
 	if raw, ok := result.(json.RawMessage); ok && len(raw) == 0 {

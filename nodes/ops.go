@@ -59,6 +59,12 @@ func sessionOps() map[commands.Op]opDef {
 		def[none](commands.OpPersist, nil, runPersist),
 		def(commands.OpHydrate, hydrateStart, runHydrate),
 		def(commands.OpResume, resumeStart, runResume),
+		def(commands.OpProcStart, procStartData, runProcStart),
+		def(commands.OpProcWrite, procWriteData, runProcWrite),
+		def(commands.OpProcRead, procReadData, runProcRead),
+		def(commands.OpProcResize, procResizeData, runProcResize),
+		def(commands.OpProcSignal, procSignalData, runProcSignal),
+		def[none](commands.OpProcList, nil, runProcList),
 	} {
 		m[d.op] = d
 	}

@@ -51,6 +51,9 @@ type session struct {
 	lastSnap *commands.Snapshot
 	status   projection.Status
 	memory   memory
+
+	// procs are the session's processes (their own lock).
+	procs procs
 }
 
 // newSession returns a session of tenant/id as its create record cs
@@ -92,6 +95,10 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 	if cs.ExpiresAt != nil {
 		s.expires = *cs.ExpiresAt
 	}
+	s.procs.limit = a.cfg.MaxProcesses
+	if cs.MaxProcesses > 0 {
+		s.procs.limit = cs.MaxProcesses
+	}
 	s.memory.init()
 	return s
 }
@@ -130,6 +137,9 @@ func (s *session) setStatus(st projection.Status) {
 	s.mu.Lock()
 	s.status = st
 	s.mu.Unlock()
+	if st == projection.StatusRunning {
+		s.procs.reopen() // a stop refused new processes until now
+	}
 }
 
 func (s *session) snapshot() *commands.Snapshot {

@@ -39,6 +39,15 @@ Usage:
                                                replace the workspace, all or nothing
   engine sandbox resume ID [--secret-env K=V]... [--json]
                                                bring a stopped, shut down or lost session back
+  engine sandbox shell ID [-- CMD [ARG...]]    a terminal in the sandbox (default /bin/sh); exits with its code
+  engine sandbox proc start ID [--tty] [--rows N --cols N] [--yield D] [--json] -- CMD [ARG...]
+                                               start a process that outlives the call; prints its id
+  engine sandbox proc write ID PID [TEXT|-] [--close] [--yield D]
+                                               TEXT with \n \r \t \e \xNN escapes, - for stdin
+  engine sandbox proc read ID PID [--yield D] [--follow]
+  engine sandbox proc list ID [--json]
+  engine sandbox proc kill ID PID [--signal TERM]
+  engine sandbox proc resize ID PID ROWS COLS
   engine sandbox list [--status S] [--label K=V] [--all] [--json]   deleted ones only with --all
   engine sandbox inspect ID [--json]           sessions as the projection has them
   engine events tail [--session ID] [--op OP] [--since SEQ|TIME|DURATION]

@@ -48,6 +48,12 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	if sub == "list" || sub == "inspect" {
 		return sandboxRead(ctx, base, sub, args, stdout, stderr)
 	}
+	if sub == "proc" {
+		return sandboxProc(ctx, base, args, stdin, stdout, stderr)
+	}
+	if sub == "shell" {
+		return sandboxShell(ctx, base, args, stdin, stdout, stderr)
+	}
 	if sub == "persist" || sub == "hydrate" || sub == "resume" {
 		return sandboxWorkspace(ctx, base, sub, args, stdin, stdout, stderr)
 	}
