@@ -39,6 +39,19 @@
 // kills use shell builtins only, so an image needs /bin/sh and nothing more
 // for them; see wrapper.go.
 //
+// # Processes
+//
+// StartProcess (runtime.Processes) runs an exec with stdin attached through
+// the same wrapper, with or without a TTY, and returns once the wrapper has
+// reported its pid. One goroutine per process copies the stream (raw on a
+// TTY, else stdout and stderr demultiplexed into one) into a buffer of up to
+// 1 MiB that Read drains, so a process can exit with its output unread.
+// Signal is a second exec that signals the session's processes but the
+// wrapper, which lives on to empty the session and report how the program
+// ended; SIGKILL and Close use the exec's kill. Resize is the exec resize
+// call (engines before API 1.42 ignore the initial size at create, so it is
+// set by a resize right after the start). See process.go.
+//
 // # Files
 //
 // Every path is first confined lexically (runtime.Rel: no escape, no name

@@ -1,26 +1,30 @@
 package docker
 
 import (
+	"bytes"
+	"io"
 	"slices"
-	"sync"
-
-	"github.com/paddock-dev/paddock/nodes/runtime"
 )
 
 // pidHeader takes the wrapper's first line of stdout (its pid) off the
 // stream and passes the rest on. A stream that does not start with a pid
-// line is passed on whole (the wrapper did not run).
+// line is passed on whole (the wrapper did not run). The line may end in
+// "\r\n", as a terminal writes it.
+//
+// Write and end are called by one goroutine (the one that copies the
+// stream); pid and known may be used from any. dst may block (a process's
+// output waits for its reader): nothing is locked while it does.
 type pidHeader struct {
-	dst   *runtime.CappedBuffer
+	dst   io.Writer
 	known chan struct{} // closed once the header is read or known absent
 
-	mu   sync.Mutex // guards the fields below
+	// Owned by the writing goroutine.
 	buf  []byte
 	done bool
-	n    int
+	n    int // set before known is closed
 }
 
-func newPidHeader(dst *runtime.CappedBuffer) *pidHeader {
+func newPidHeader(dst io.Writer) *pidHeader {
 	return &pidHeader{dst: dst, known: make(chan struct{})}
 }
 
@@ -29,8 +33,6 @@ const maxPidLine = 24
 
 // Write implements io.Writer for stdcopy.
 func (h *pidHeader) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.done {
 		return h.dst.Write(p)
 	}
@@ -40,31 +42,35 @@ func (h *pidHeader) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	if i >= 0 {
-		line := append(h.buf, p[:i]...)
+		line := bytes.TrimSuffix(append(h.buf, p[:i]...), []byte{'\r'})
 		if n, ok := parsePid(line); ok {
 			h.n = n
 			h.finish()
-			_, _ = h.dst.Write(p[i+1:])
+			if _, err := h.dst.Write(p[i+1:]); err != nil {
+				return 0, err
+			}
 			return len(p), nil
 		}
 	}
 	// Not a pid line: the stream is the engine's or the program's own.
-	_, _ = h.dst.Write(h.buf)
+	held := h.buf
 	h.finish()
+	if _, err := h.dst.Write(held); err != nil {
+		return 0, err
+	}
 	return h.dst.Write(p)
 }
 
 // end marks the stream's end: a header still incomplete is passed on.
 func (h *pidHeader) end() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	if !h.done {
-		_, _ = h.dst.Write(h.buf)
+		held := h.buf
 		h.finish()
+		_, _ = h.dst.Write(held)
 	}
 }
 
-// finish marks the header known. h.mu must be held.
+// finish marks the header known.
 func (h *pidHeader) finish() {
 	h.done, h.buf = true, nil
 	close(h.known)
@@ -72,9 +78,12 @@ func (h *pidHeader) finish() {
 
 // pid returns the wrapper's pid, or 0 if it is not (yet) known.
 func (h *pidHeader) pid() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n
+	select {
+	case <-h.known:
+		return h.n
+	default:
+		return 0
+	}
 }
 
 func parsePid(b []byte) (int, bool) {

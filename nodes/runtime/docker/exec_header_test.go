@@ -16,6 +16,9 @@ func TestPidHeader(t *testing.T) {
 		{[]string{"42\nhello"}, 42, "hello"},
 		{[]string{"4", "2", "\n", "hel", "lo"}, 42, "hello"},
 		{[]string{"42\n"}, 42, ""},
+		{[]string{"42\r\nhello"}, 42, "hello"}, // a terminal's line end
+		{[]string{"42\r", "\nhello"}, 42, "hello"},
+		{[]string{"4\r2\nhello"}, 0, "4\r2\nhello"},
 		{[]string{"42"}, 0, "42"},                 // the stream ended in the header
 		{[]string{"x42\nhello"}, 0, "x42\nhello"}, // not a pid line: the engine's message
 		{[]string{"OCI runtime exec failed: exec failed: unable to start container process"}, 0, "OCI runtime exec failed: exec failed: unable to start container process"},

@@ -32,3 +32,7 @@ func SplitPidHeader(chunks [][]byte) (int, []byte) {
 	<-h.known
 	return h.pid(), buf.Bytes()
 }
+
+// ProcessPid returns the wrapper's pid (the session id) of a process that
+// StartProcess returned.
+func ProcessPid(p runtime.Process) int { return p.(*process).hdr.pid() }

@@ -59,6 +59,34 @@ s=$$ me=$$
 ` + sessionScan + `exit "$c"
 `
 
+// processWrapperScript is wrapperScript for a process (StartProcess). The
+// wrapper catches the signals a terminal sends its foreground process
+// group (^C, ^\, ^Z), which holds the wrapper when the program does not
+// take a group of its own: dying of them, it would skip the session scan;
+// a caught signal is reset to its default in the program it runs, so the
+// program gets them as usual.
+const processWrapperScript = "trap : INT QUIT TSTP\n" + wrapperScript
+
+// signalScript is run as sh -c signalScript paddock-signal <session id>
+// <signal number> <all>; it sends the signal to every live process of the
+// session, the session leader (the wrapper) included only when <all> is 1,
+// and prints "signalled". One pass: unlike killScript it does not chase
+// processes forked meanwhile.
+const signalScript = `IFS=' 	
+'
+s=$1 sig=$2 all=$3 me=$$
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  [ "$p" = "$me" ] && continue
+  [ "$p" = "$s" ] && [ "$all" != 1 ] && continue
+  { read -r l < "$d/stat"; } 2>/dev/null || continue
+  set -- ${l##*) }
+  case $1 in Z|X|x) continue;; esac
+  [ "$4" = "$s" ] && kill -"$sig" "$p" 2>/dev/null
+done
+echo signalled
+`
+
 // killScript is run as sh -c killScript paddock-kill <session id>; it
 // prints "killed" when done.
 const killScript = `IFS=' 	
