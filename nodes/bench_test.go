@@ -1,13 +1,17 @@
 package nodes_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/paddock-dev/paddock/broker"
+	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/testenv"
@@ -144,5 +148,100 @@ func BenchmarkAuthOverhead(b *testing.B) {
 		measurePair(b,
 			func() (func(), error) { _, err := plain.Client.Running(ctx, ps); return nil, err },
 			func() (func(), error) { _, err := authed.Client.Running(ctx, as); return nil, err })
+	})
+}
+
+// BenchmarkProcEcho measures the round trip of one line typed into an
+// interactive `sh` on a terminal until the shell's answer comes back:
+// through the runtime's process directly, and through Paddock
+// (proc_write, then proc_read with return_on_output until the answer),
+// in the same run. The difference of the p50s is Paddock's overhead.
+//
+//	go test -run '^$' -bench BenchmarkProcEcho -benchtime 300x ./nodes/
+func BenchmarkProcEcho(b *testing.B) {
+	for _, sync := range []struct {
+		name     string
+		interval time.Duration
+	}{{"sync=always", 0}, {"sync=1s", time.Second}} {
+		st := testenv.StartStack(b, testenv.StackOptions{Broker: broker.Config{SyncInterval: sync.interval}})
+		ctx := context.Background()
+		b.Run("direct/"+sync.name, func(b *testing.B) {
+			sb, err := st.Local.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: "node-1"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Shutdown(ctx)
+			benchEchoDirect(b, sb)
+		})
+		b.Run("paddock/"+sync.name, func(b *testing.B) {
+			s, err := st.Client.Create(ctx, commands.CreateArgs{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchEchoPaddock(b, st.Client, s.SessionID)
+		})
+	}
+}
+
+// benchEchoDirect is BenchmarkProcEcho's baseline on sandbox sb.
+func benchEchoDirect(b *testing.B, sb runtime.Sandbox) {
+	ctx := context.Background()
+	p, err := sb.(runtime.Processes).StartProcess(ctx, runtime.ProcessSpec{Argv: []string{"sh"}, TTY: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	out := make(chan []byte, 64)
+	go func() { // ends when the process's output ends (Close)
+		defer close(out)
+		buf := make([]byte, 4096)
+		for {
+			n, err := p.Read(buf)
+			if n > 0 {
+				out <- append([]byte(nil), buf[:n]...)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	i := 0
+	measure(b, func() error {
+		i++
+		want := fmt.Sprint(1_000_000 + i) // the answer, which the typed line does not show
+		if _, err := fmt.Fprintf(p, "echo $((%d+1000000))\n", i); err != nil {
+			return err
+		}
+		var seen []byte
+		for !bytes.Contains(seen, []byte(want)) {
+			chunk, ok := <-out
+			if !ok {
+				return fmt.Errorf("the shell ended")
+			}
+			seen = append(seen, chunk...)
+		}
+		return nil
+	})
+}
+
+// benchEchoPaddock is BenchmarkProcEcho through a client.
+func benchEchoPaddock(b *testing.B, c *client.Client, id string) {
+	ctx := context.Background()
+	zero, wait := int64(0), int64(5000)
+	p, err := c.ProcStart(ctx, id, commands.ProcStartArgs{Argv: []string{"sh"}, TTY: true, YieldMS: &zero})
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	measure(b, func() error {
+		i++
+		want := fmt.Sprint(1_000_000 + i)
+		r, err := c.ProcWrite(ctx, id, commands.ProcArgs{ProcessID: p.ProcessID, Input: []byte(fmt.Sprintf("echo $((%d+1000000))\n", i)), YieldMS: &wait, ReturnOnOutput: true})
+		seen := r.Output
+		for err == nil && !strings.Contains(seen, want) {
+			r, err = c.ProcRead(ctx, id, commands.ProcArgs{ProcessID: p.ProcessID, YieldMS: &wait, ReturnOnOutput: true})
+			seen += r.Output
+		}
+		return err
 	})
 }

@@ -129,3 +129,38 @@ func BenchmarkDockerExec(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDockerProcEcho is BenchmarkProcEcho on the Docker runtime: a
+// line typed into an interactive sh in a container until its answer is
+// back, through the runtime's process directly and through Paddock.
+//
+//	go test -run '^$' -bench BenchmarkDockerProcEcho -benchtime 200x ./nodes/
+func BenchmarkDockerProcEcho(b *testing.B) {
+	for _, sync := range []struct {
+		name     string
+		interval time.Duration
+	}{{"sync=always", 0}, {"sync=1s", time.Second}} {
+		st, image := dockerBenchStack(b, sync.interval)
+		ctx := context.Background()
+		rt, err := docker.New(docker.Config{Client: testenv.DockerClient(b), Node: st.Agent.ID()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("direct/"+sync.name, func(b *testing.B) {
+			sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: st.Agent.ID(), Image: image})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Shutdown(ctx)
+			benchEchoDirect(b, sb)
+		})
+		b.Run("paddock/"+sync.name, func(b *testing.B) {
+			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Client.Shutdown(ctx, s.SessionID)
+			benchEchoPaddock(b, st.Client, s.SessionID)
+		})
+	}
+}

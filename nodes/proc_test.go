@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
@@ -101,11 +103,11 @@ func TestProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testProcesses(t, ctx, st, cr.SessionID)
+	testProcesses(t, ctx, st, cr.SessionID, "node-1")
 }
 
 // testProcesses is the body of TestProcesses and of its Docker twin.
-func testProcesses(t *testing.T, ctx context.Context, st *testenv.Stack, id string) {
+func testProcesses(t *testing.T, ctx context.Context, st *testenv.Stack, id, node string) {
 	d := procDriver{t: t, ctx: ctx, c: st.Client, id: id}
 
 	t.Run("interactive shell", func(t *testing.T) {
@@ -338,7 +340,7 @@ func testProcesses(t *testing.T, ctx context.Context, st *testenv.Stack, id stri
 					t.Fatal(err)
 				}
 				reasons[f.ProcessID] = f.Reason
-				if ev.Actor != "node:node-1" {
+				if ev.Actor != "node:"+node {
 					t.Fatalf("proc_exit by %q", ev.Actor)
 				}
 			}
@@ -365,6 +367,24 @@ func testProcesses(t *testing.T, ctx context.Context, st *testenv.Stack, id stri
 			t.Fatalf("proc_start on a stopped session: %v, want invalid_state", err)
 		}
 	})
+}
+
+// TestDockerProcesses is TestProcesses on the Docker runtime.
+func TestDockerProcesses(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	node := "procs-" + uuid.NewString()[:8]
+	rt := dockerRuntime(t, node)
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	startAgent(t, st, nodes.Config{ID: node, ProcBufferBytes: 64 << 10, MaxProcesses: 4}, rt)
+	ctx := testenv.Context(t, 3*time.Minute)
+	cr, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image, SecretEnv: map[string]string{"TOKEN": "hunter22"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testProcesses(t, ctx, st, cr.SessionID, node)
+	if err := st.Client.Delete(ctx, cr.SessionID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestProcessLostWithNode: a node that stops ends its processes and
