@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/paddock-dev/paddock/commands"
@@ -289,14 +290,17 @@ func (c *Client) request(ctx context.Context, subj, session string, args, out an
 		return c.transportError(ctx, subj, session, err)
 	}
 	var rep commands.Reply
-	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+	// encoding/json/v2 decodes in one pass; v1 validates the whole reply
+	// before it decodes it, and again for the result (large streaming
+	// replies spent most of the client's time there).
+	if err := jsonv2.Unmarshal(msg.Data, &rep); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "decode reply")
 	}
 	if rep.Error != nil {
 		return rep.Error.Err()
 	}
 	if out != nil && len(rep.Result) > 0 {
-		if err := json.Unmarshal(rep.Result, out); err != nil {
+		if err := jsonv2.Unmarshal(rep.Result, out); err != nil {
 			return errcode.Wrap(errcode.Internal, err, "decode result")
 		}
 	}

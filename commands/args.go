@@ -243,6 +243,12 @@ type ExecArgs struct {
 	// MaxOutputBytes caps stdout and stderr each in the reply, after
 	// secrets are redacted (0: MaxOutputBytes, the most allowed).
 	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
+	// Stream makes all the output readable while the command runs, with
+	// exec_read under the request's command id (which must be set). The
+	// node holds a bounded amount nobody has read: a reader that falls
+	// behind slows the command down; one that stops reading for long is
+	// dropped and the command goes on with only its reply's output.
+	Stream bool `json:"stream,omitempty"`
 }
 
 // Validate checks the exec arguments.

@@ -197,3 +197,33 @@ func TestShortSecrets(t *testing.T) {
 		t.Errorf("a %d-byte secret: %v", MinSecretBytes, err)
 	}
 }
+
+// TestEncodeOutputSize: output that JSON would escape to more than base64
+// (NUL bytes, control characters) travels as base64, so an encoded reply
+// is never more than 4/3 of its output; text stays text; both come back.
+func TestEncodeOutputSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // encoding
+	}{
+		{"hello\nworld\t\"quoted\"\n", ""},
+		{strings.Repeat("\x00", 300), "base64"},
+		{strings.Repeat("<", 100000), "base64"},
+		{strings.Repeat("\x1b[0m<b>", 40), "base64"},
+		{"a < b && c > d\n", ""},
+		{"\xff\xfe", "base64"},
+	} {
+		text, enc := EncodeOutput([]byte(tc.in))
+		if enc != tc.want {
+			t.Errorf("%q: encoding %q, want %q", tc.in[:min(len(tc.in), 20)], enc, tc.want)
+		}
+		b, err := json.Marshal(text)
+		if err != nil || len(b) > 2+MaxEscapedLen(len(tc.in)) {
+			t.Errorf("%q: encodes to %d bytes (%v), more than the bound", tc.in[:min(len(tc.in), 20)], len(b), err)
+		}
+		back, err := DecodeOutput(text, enc)
+		if err != nil || string(back) != tc.in {
+			t.Errorf("%q: round trip %q, %v", tc.in[:min(len(tc.in), 20)], back, err)
+		}
+	}
+}

@@ -29,7 +29,7 @@ const (
 
 // SessionOps lists the ops served on a session subject.
 var SessionOps = []Op{OpStart, OpExec, OpRead, OpWrite, OpLs, OpRm, OpMkdir, OpRunning, OpStop, OpShutdown, OpDelete, OpPersist, OpHydrate, OpResume,
-	OpProcStart, OpProcWrite, OpProcRead, OpProcResize, OpProcSignal, OpProcList}
+	OpProcStart, OpProcWrite, OpProcRead, OpProcResize, OpProcSignal, OpProcList, OpExecRead}
 
 // Known reports whether op is served on a session subject.
 func (op Op) Known() bool {
@@ -84,5 +84,6 @@ func Specs() []Spec {
 		{OpProcResize, OnSession, ProcResizeArgs{}, nil, "resize a process's terminal"},
 		{OpProcSignal, OnSession, ProcSignalArgs{}, nil, "signal a process (its whole session)"},
 		{OpProcList, OnSession, nil, ProcListResult{}, "the session's processes, running and exited"},
+		{OpExecRead, OnSession, ExecReadArgs{}, ExecReadResult{}, "the output of a streaming exec while it runs"},
 	}
 }

@@ -99,10 +99,13 @@ func ResultReply(v any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode result: %w", err)
 	}
-	b, err := json.Marshal(Reply{Version: Version, Result: res})
-	if err != nil {
-		return nil, fmt.Errorf("encode reply: %w", err)
-	}
+	// What json.Marshal of a Reply writes, without validating and
+	// compacting the result again (it is json.Marshal's own output: a
+	// streaming exec's large replies spent most of their time there).
+	b := make([]byte, 0, len(res)+40)
+	b = append(b, `{"version":"`+Version+`","result":`...)
+	b = append(b, res...)
+	b = append(b, '}')
 	if len(b) > MaxReplyBytes {
 		return nil, errcode.New(errcode.PayloadTooLarge, "the result encodes to %d bytes, over the reply limit of %d", len(b), MaxReplyBytes)
 	}

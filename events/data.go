@@ -70,6 +70,25 @@ type ExecStart struct {
 	TimeoutMS int64    `json:"timeout_ms"`
 	EnvKeys   []string `json:"env_keys,omitempty"`
 	User      string   `json:"user,omitempty"`
+	// Stream says the output was readable with exec_read as it came.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// ExecReadStart is the start data of exec_read: which streaming exec, and
+// the last chunk the reader had.
+type ExecReadStart struct {
+	ExecCommandID string `json:"exec_command_id"`
+	After         int64  `json:"after,omitempty"`
+}
+
+// ExecReadFinish is the finish data of exec_read: how much output went
+// out (the output itself is recorded by the exec's finish, as the capture
+// policy says).
+type ExecReadFinish struct {
+	Chunks  int   `json:"chunks"`
+	Bytes   int64 `json:"bytes"`
+	Done    bool  `json:"done,omitempty"`
+	Unknown bool  `json:"unknown,omitempty"`
 }
 
 // ExecFinish is an exec's finish data; the exit code is the event's own
@@ -342,6 +361,11 @@ func NewData(op string, phase Phase) any {
 		if start {
 			return new(ProcSignalStart)
 		}
+	case commands.OpExecRead:
+		if start {
+			return new(ExecReadStart)
+		}
+		return new(ExecReadFinish)
 	case commands.OpProcExit:
 		if start {
 			return new(ProcRef)

@@ -53,7 +53,8 @@ type SDKFinish struct {
 }
 
 // sdkOps maps our ops to the SDK's OpName. Ops missing here (ls, rm,
-// mkdir, lookup) have no SDK op.
+// mkdir, lookup, exec_read and the proc ops: the SDK's PTY calls are not
+// audited) have no SDK op.
 var sdkOps = map[commands.Op]string{
 	commands.OpCreate:   "start",
 	commands.OpStart:    "start",

@@ -70,6 +70,13 @@ type Config struct {
 	// signalled for this long (default 30m; the check runs with the
 	// expiry loop).
 	ProcIdleTimeout time.Duration
+	// StreamBufferBytes bounds the output of a streaming exec that its
+	// reader has not acknowledged (default 4 MiB): past it the command
+	// waits for the reader.
+	StreamBufferBytes int
+	// StreamIdleTimeout drops a streaming exec's stream nobody has read
+	// for this long (default 30s); the command goes on without it.
+	StreamIdleTimeout time.Duration
 	// WorkspaceBucket is the object store bucket of workspace snapshots
 	// (default sbx_workspaces).
 	WorkspaceBucket string
@@ -90,7 +97,7 @@ func (c Config) Validate() error {
 	if c.Capacity < 0 || c.MaxConcurrent < 0 || c.Capture.Limit < 0 || c.TenantConcurrent < 0 || c.TenantSessions < 0 {
 		return errors.New("nodes: negative capacity, concurrency or capture limit")
 	}
-	if c.MaxProcesses < 0 || c.MaxProcesses > commands.MaxProcesses || c.ProcBufferBytes < 0 {
+	if c.MaxProcesses < 0 || c.MaxProcesses > commands.MaxProcesses || c.ProcBufferBytes < 0 || c.StreamBufferBytes < 0 || c.StreamIdleTimeout < 0 {
 		return fmt.Errorf("nodes: max processes outside 0..%d, or a negative process buffer", commands.MaxProcesses)
 	}
 	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 || c.ExpiryInterval < 0 || c.ProcIdleTimeout < 0 {
@@ -144,6 +151,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProcIdleTimeout == 0 {
 		c.ProcIdleTimeout = 30 * time.Minute
+	}
+	if c.StreamBufferBytes == 0 {
+		c.StreamBufferBytes = 4 << 20
+	}
+	if c.StreamIdleTimeout == 0 {
+		c.StreamIdleTimeout = 30 * time.Second
 	}
 	return c
 }

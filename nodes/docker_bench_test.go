@@ -3,10 +3,12 @@ package nodes_test
 import (
 	"context"
 	"io"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/google/uuid"
 
 	"github.com/paddock-dev/paddock/broker"
@@ -163,4 +165,60 @@ func BenchmarkDockerProcEcho(b *testing.B) {
 			benchEchoPaddock(b, st.Client, s.SessionID)
 		})
 	}
+}
+
+// BenchmarkDockerExecStream compares a streaming exec of 100 MB of output
+// through Paddock (client.ExecStream, every byte brought to the caller)
+// with the raw Engine API's exec of the same command, its output copied
+// to io.Discard, in the same run (MB/s: higher is better).
+//
+//	go test -run '^$' -bench BenchmarkDockerExecStream -benchtime 5x ./nodes/
+func BenchmarkDockerExecStream(b *testing.B) {
+	const size = 100_000_000
+	st, image := dockerBenchStack(b, time.Second)
+	cli := testenv.DockerClient(b)
+	ctx := context.Background()
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Client.Shutdown(ctx, s.SessionID)
+	cmd := []string{"head", "-c", strconv.Itoa(size), "/dev/zero"}
+	b.Run("docker-exec", func(b *testing.B) {
+		cfg, host := rawConfig(image, st.Agent.ID())
+		c, err := cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(size)
+		for b.Loop() {
+			ex, err := cli.ContainerExecCreate(ctx, c.ID, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true, User: docker.DefaultUser})
+			if err != nil {
+				b.Fatal(err)
+			}
+			att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := stdcopy.StdCopy(io.Discard, io.Discard, att.Reader)
+			att.Close()
+			if n != size {
+				b.Fatalf("copied %d bytes", n)
+			}
+		}
+	})
+	b.Run("paddock-stream", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			var n int
+			_, err := st.Client.ExecStream(ctx, s.SessionID, commands.ExecArgs{Argv: cmd}, func(_ bool, p []byte) { n += len(p) })
+			if err != nil || n != size {
+				b.Fatalf("streamed %d bytes: %v", n, err)
+			}
+		}
+	})
 }

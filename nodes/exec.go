@@ -34,7 +34,7 @@ func execStart(a *Agent, s *session, args *commands.ExecArgs) any {
 	}
 	return events.ExecStart{
 		Argv: shown, Cwd: r.string(args.Cwd), TimeoutMS: a.execTimeout(args).Milliseconds(),
-		EnvKeys: sortedKeys(args.Env), User: args.User,
+		EnvKeys: sortedKeys(args.Env), User: args.User, Stream: args.Stream,
 	}
 }
 
@@ -50,11 +50,21 @@ func runExec(ctx context.Context, a *Agent, s *session, args *commands.ExecArgs)
 		maxOut = commands.MaxOutputBytes
 	}
 	r := s.redactor()
-	began := time.Now()
-	res, err := s.sandbox().Exec(ctx, runtime.ExecSpec{
+	spec := runtime.ExecSpec{
 		Argv: argv(args), Env: args.Env, Cwd: args.Cwd, User: args.User,
 		Timeout: a.execTimeout(args), MaxOutput: maxOut + r.slack(),
-	})
+	}
+	if args.Stream {
+		id := commandID(ctx)
+		o, err := a.startStream(s, id)
+		if err != nil {
+			return outcome{}, err
+		}
+		defer a.endStream(s, id, o)
+		spec.Output = o.write
+	}
+	began := time.Now()
+	res, err := s.sandbox().Exec(ctx, spec)
 	if err != nil {
 		return outcome{}, err
 	}

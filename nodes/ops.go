@@ -65,6 +65,7 @@ func sessionOps() map[commands.Op]opDef {
 		def(commands.OpProcResize, procResizeData, runProcResize),
 		def(commands.OpProcSignal, procSignalData, runProcSignal),
 		def[none](commands.OpProcList, nil, runProcList),
+		def(commands.OpExecRead, execReadStart, runExecRead),
 	} {
 		m[d.op] = d
 	}

@@ -369,19 +369,25 @@ func testProcesses(t *testing.T, ctx context.Context, st *testenv.Stack, id, nod
 	})
 }
 
-// TestDockerProcesses is TestProcesses on the Docker runtime.
+// TestDockerProcesses is TestProcesses, then TestStreamingExec, on the
+// Docker runtime.
 func TestDockerProcesses(t *testing.T) {
 	image := testenv.SandboxBaseImage(t)
 	node := "procs-" + uuid.NewString()[:8]
 	rt := dockerRuntime(t, node)
 	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
-	startAgent(t, st, nodes.Config{ID: node, ProcBufferBytes: 64 << 10, MaxProcesses: 4}, rt)
+	startAgent(t, st, nodes.Config{ID: node, ProcBufferBytes: 64 << 10, MaxProcesses: 4,
+		StreamBufferBytes: 64 << 10, StreamIdleTimeout: 2 * time.Second}, rt)
 	ctx := testenv.Context(t, 3*time.Minute)
 	cr, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image, SecretEnv: map[string]string{"TOKEN": "hunter22"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testProcesses(t, ctx, st, cr.SessionID, node)
+	if err := st.Client.Start(ctx, cr.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	testStreamingExec(t, ctx, st, cr.SessionID)
 	if err := st.Client.Delete(ctx, cr.SessionID); err != nil {
 		t.Fatal(err)
 	}

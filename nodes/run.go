@@ -126,7 +126,7 @@ func (a *Agent) execute(ctx context.Context, s *session, req commands.Request, o
 
 	began := time.Now()
 	out, opErr := a.guard(s, op, func() (outcome, error) {
-		return fn(context.WithValue(ctx, startSeqKey{}, start.Seq))
+		return fn(context.WithValue(context.WithValue(ctx, startSeqKey{}, start.Seq), commandIDKey{}, req.CommandID))
 	})
 	if opErr == nil {
 		reply, opErr = commands.ResultReply(out.result)
@@ -287,6 +287,16 @@ func (a *Agent) appendRetrying(ctx context.Context, s *session, ev *events.Event
 // startSeqKey carries the seq of an operation's start event to the
 // operation (persist records it with the snapshot).
 type startSeqKey struct{}
+
+// commandIDKey carries the running operation's command id (a streaming
+// exec is read by it).
+type commandIDKey struct{}
+
+// commandID returns the running operation's command id.
+func commandID(ctx context.Context) string {
+	id, _ := ctx.Value(commandIDKey{}).(string)
+	return id
+}
 
 // startSeq returns the seq of the running operation's start event.
 func startSeq(ctx context.Context) uint64 {

@@ -52,8 +52,10 @@ type session struct {
 	status   projection.Status
 	memory   memory
 
-	// procs are the session's processes (their own lock).
-	procs procs
+	// procs are the session's processes, streams its streaming execs'
+	// output (each with its own lock).
+	procs   procs
+	streams streams
 }
 
 // newSession returns a session of tenant/id as its create record cs

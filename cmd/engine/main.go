@@ -26,7 +26,9 @@ const usage = `Paddock: an event-sourced sandbox engine on NATS.
 Usage:
   engine serve [flags]                         run the engine (embedded NATS + a local node)
   engine sandbox create [flags]                create a session; prints its id
-  engine sandbox exec ID [flags] -- CMD [ARG...]
+  engine sandbox exec ID [flags] [--stream] -- CMD [ARG...]
+                                               --stream (exec_read; the default on a terminal):
+                                               the output as it comes, all of it
   engine sandbox write ID PATH                 content from stdin
   engine sandbox read ID PATH                  content to stdout
   engine sandbox ls ID [PATH] [--json]
@@ -54,7 +56,8 @@ Usage:
                      [--durable NAME] [--all-tenants] [--no-follow] [--json]
   engine events export [--session ID] [--format stored|sdk]
                      the events, one JSON per line: as stored (default), or in
-                     the OpenAI Agents SDK's audit event format (ls, rm, mkdir skipped)
+                     the OpenAI Agents SDK's audit event format (ls, rm, mkdir,
+                     exec_read and the proc ops skipped: the SDK has no op for them)
   engine replay [--at SEQ|TIME] [--json]       fold the stream from its first event
   engine replay --session ID [--at SEQ|TIME] [--json]
   engine replay --verify                       compare the KV projection with the replay

@@ -241,6 +241,12 @@ func unescape(s string) []byte {
 	return out
 }
 
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
 func signalNames() string {
 	return "HUP INT QUIT KILL USR1 USR2 TERM CONT STOP WINCH"
 }

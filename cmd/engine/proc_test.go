@@ -43,6 +43,10 @@ func TestCLIProc(t *testing.T) {
 	if code, _, errs := cli(t, url, "", "sandbox", "proc", "kill", id, "99999"); code == 0 || !strings.Contains(errs, "not_found") {
 		t.Errorf("kill of an unknown process: exit %d, %q", code, errs)
 	}
+	code, out, errs = cli(t, url, "", "sandbox", "exec", id, "--stream", "--", "sh", "-c", "echo a; echo b >&2; exit 5")
+	if code != 5 || out != "a\n" || errs != "b\n" {
+		t.Errorf("exec --stream: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 	if got := unescape(`a\tb\n\x41\\\q`); string(got) != "a\tb\nA\\\\q" {
 		t.Errorf("unescape: %q", got)
 	}

@@ -77,6 +77,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		parents   bool
 		mode      uint
 		lifetime  time.Duration
+		stream    bool
 	)
 	switch sub {
 	case "create":
@@ -94,6 +95,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m)")
 		fs.Var(env, "env", "environment variable K=V for this command (repeatable)")
 		fs.StringVar(&cwd, "cwd", "", "working directory, a workspace path")
+		fs.BoolVar(&stream, "stream", false, "print the output as it comes (the default when stdout is a terminal)")
 	case "write":
 		fs.UintVar(&mode, "mode", 0o644, "file mode")
 	case "ls":
@@ -155,9 +157,24 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		if len(rest) == 0 {
 			return usageErr("sandbox exec needs a command after --")
 		}
-		res, err := c.Exec(ctx, pos[0], commands.ExecArgs{
-			Argv: rest, TimeoutMS: timeout.Milliseconds(), Env: env, Cwd: cwd,
-		})
+		args := commands.ExecArgs{Argv: rest, TimeoutMS: timeout.Milliseconds(), Env: env, Cwd: cwd}
+		if stream || isTerminal(stdout) {
+			res, err := c.ExecStream(ctx, pos[0], args, func(e bool, p []byte) {
+				if e {
+					_, _ = stderr.Write(p)
+				} else {
+					_, _ = stdout.Write(p)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			if res.ExitCode != 0 {
+				return exitError{res.ExitCode}
+			}
+			return nil
+		}
+		res, err := c.Exec(ctx, pos[0], args)
 		if err != nil {
 			return err
 		}

@@ -107,6 +107,33 @@ type ExecSpec struct {
 	// MaxOutput caps the bytes kept of stdout and of stderr each (0 or
 	// less: commands.MaxOutputBytes).
 	MaxOutput int
+	// Output, when set, gets all the output as it comes, each piece once,
+	// in order per stream (before the cap). It may block: the command's
+	// output waits for it.
+	Output func(stderr bool, p []byte)
+}
+
+// Tee is a writer that gives what it gets to w and to out.
+type Tee struct {
+	W      io.Writer
+	Stderr bool
+	Out    func(stderr bool, p []byte)
+}
+
+// Write writes p to W and gives it to Out.
+func (t Tee) Write(p []byte) (int, error) {
+	if t.Out != nil && len(p) > 0 {
+		t.Out(t.Stderr, p)
+	}
+	return t.W.Write(p)
+}
+
+// TeeOf returns w, or a Tee of it when out is set.
+func TeeOf(w io.Writer, stderr bool, out func(stderr bool, p []byte)) io.Writer {
+	if out == nil {
+		return w
+	}
+	return Tee{W: w, Stderr: stderr, Out: out}
 }
 
 // ExecResult is the outcome of a command that ran.

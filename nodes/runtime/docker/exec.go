@@ -92,11 +92,11 @@ func (s *Sandbox) exec(ctx context.Context, spec runtime.ExecSpec, held bool) (r
 
 	stdout := &runtime.CappedBuffer{Max: maxOut}
 	stderr := &runtime.CappedBuffer{Max: maxOut}
-	hdr := newPidHeader(stdout)
+	hdr := newPidHeader(runtime.TeeOf(stdout, false, spec.Output))
 	copied := make(chan struct{})
 	go func() { // ends when the stream ends or att is closed below
 		defer close(copied)
-		_, _ = stdcopy.StdCopy(hdr, stderr, att.Reader)
+		_, _ = stdcopy.StdCopy(hdr, runtime.TeeOf(stderr, true, spec.Output), att.Reader)
 		hdr.end()
 	}()
 	tctx, cancel := ctx, context.CancelFunc(func() {})

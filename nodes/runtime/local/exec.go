@@ -126,8 +126,8 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 	stdout := &runtime.CappedBuffer{Max: maxOut}
 	stderr := &runtime.CappedBuffer{Max: maxOut}
 	var drain sync.WaitGroup
-	drain.Go(func() { _, _ = io.Copy(stdout, outR) })
-	drain.Go(func() { _, _ = io.Copy(stderr, errR) })
+	drain.Go(func() { _, _ = io.Copy(runtime.TeeOf(stdout, false, spec.Output), outR) })
+	drain.Go(func() { _, _ = io.Copy(runtime.TeeOf(stderr, true, spec.Output), errR) })
 
 	werr := cmd.Wait()
 	// Background children would hold the sandbox and the pipes: kill the
