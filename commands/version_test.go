@@ -49,7 +49,7 @@ func TestVersionRule(t *testing.T) {
 		{"malformed", `{"version":"one","args":{"argv":["true"]}}`, errcode.InvalidRequest},
 		{"unknown arg, this minor", `{"version":"` + Version + `","args":{"argv":["true"],"timout_ms":5}}`, errcode.InvalidRequest},
 		{"unknown envelope field, this minor", `{"version":"` + Version + `","priority":3,"args":{"argv":["true"]}}`, errcode.InvalidRequest},
-		{"unknown arg, newer minor", `{"version":"` + newer + `","args":{"argv":["true"],"stream":true}}`, ""},
+		{"unknown arg, newer minor", `{"version":"` + newer + `","args":{"argv":["true"],"priority":3}}`, ""},
 		{"unknown envelope field, newer minor", `{"version":"` + newer + `","priority":3,"args":{"argv":["true"]}}`, ""},
 		{"newer minor still checks types", `{"version":"` + newer + `","args":{"argv":"true"}}`, errcode.InvalidRequest},
 		{"newer minor still refuses duplicates", `{"version":"` + newer + `","args":{"argv":["a"],"argv":["b"]}}`, errcode.InvalidRequest},
@@ -66,25 +66,25 @@ func TestVersionRule(t *testing.T) {
 }
 
 // TestMinorInterop plays both sides of a minor version step with a field
-// that minor 1 would add (here "stream" on exec): a newer client's
+// that the next minor would add (here "priority" on exec): a newer client's
 // request reaches an older server, which ignores the field it does not
 // know; an older client's request reaches a newer server, which decodes
 // it with the field at its zero value, the behaviour of the older minor.
 func TestMinorInterop(t *testing.T) {
 	type execArgsMinor1 struct {
 		ExecArgs
-		Stream bool `json:"stream,omitempty"`
+		Priority int `json:"priority,omitempty"`
 	}
 	newClient, _ := json.Marshal(Request{Version: ContractVersion{ContractMajor, ContractMinor + 1}.String(),
-		Args: mustMarshal(t, execArgsMinor1{ExecArgs: ExecArgs{Argv: []string{"true"}}, Stream: true})})
+		Args: mustMarshal(t, execArgsMinor1{ExecArgs: ExecArgs{Argv: []string{"true"}}, Priority: 3})})
 	var old ExecArgs
 	if _, err := DecodeRequest(newClient, &old); err != nil || len(old.Argv) != 1 {
 		t.Fatalf("older server, newer client: %v (args %+v); want the request served without the new field", err, old)
 	}
 	oldClient, _ := json.Marshal(Request{Version: Version, Args: mustMarshal(t, ExecArgs{Argv: []string{"true"}})})
 	var newer execArgsMinor1
-	if _, err := DecodeRequest(oldClient, &newer); err != nil || newer.Stream || len(newer.Argv) != 1 {
-		t.Fatalf("newer server, older client: %v (args %+v); want the request with stream false", err, newer)
+	if _, err := DecodeRequest(oldClient, &newer); err != nil || newer.Priority != 0 || len(newer.Argv) != 1 {
+		t.Fatalf("newer server, older client: %v (args %+v); want the request with priority 0", err, newer)
 	}
 }
 

@@ -200,13 +200,7 @@ func (a *Agent) Close(ctx context.Context) error {
 	// Processes cannot outlive the node that holds their streams: each
 	// ends now, its proc_exit saying lost.
 	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	a.mu.Lock()
-	held := make([]*session, 0, len(a.sessions))
-	for _, s := range a.sessions {
-		held = append(held, s)
-	}
-	a.mu.Unlock()
-	for _, s := range held {
+	for _, s := range a.held() {
 		s.procs.end(pctx, "stopping with its node", ProcLost)
 	}
 	pcancel()
@@ -436,6 +430,17 @@ func (a *Agent) Sessions() []string {
 		out = append(out, k)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// held returns the sessions the agent holds now.
+func (a *Agent) held() []*session {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*session, 0, len(a.sessions))
+	for _, s := range a.sessions {
+		out = append(out, s)
+	}
 	return out
 }
 

@@ -289,7 +289,7 @@ func TestVersionsOnTheWire(t *testing.T) {
 	}
 	subj := commands.Subjects{}.Session("default", s.SessionID, commands.OpExec)
 	newer := commands.ContractVersion{Major: commands.ContractMajor, Minor: commands.ContractMinor + 1}.String()
-	rep := rawReply(t, ctx, st.ClientConn, subj, []byte(`{"version":"`+newer+`","deadline_ms":5,"args":{"argv":["echo","hi"],"stream":true}}`))
+	rep := rawReply(t, ctx, st.ClientConn, subj, []byte(`{"version":"`+newer+`","deadline_ms":5,"args":{"argv":["echo","hi"],"priority":3}}`))
 	if rep.Error != nil || rep.Version != commands.Version {
 		t.Fatalf("newer minor with new fields: %+v; want served, answered with version %s", rep, commands.Version)
 	}
@@ -302,7 +302,7 @@ func TestVersionsOnTheWire(t *testing.T) {
 		code       errcode.Code
 	}{
 		{"next major", `{"version":"2.0","args":{"argv":["true"]}}`, errcode.UnsupportedVersion},
-		{"this minor, unknown field", `{"version":"` + commands.Version + `","args":{"argv":["true"],"stream":true}}`, errcode.InvalidRequest},
+		{"this minor, unknown field", `{"version":"` + commands.Version + `","args":{"argv":["true"],"priority":3}}`, errcode.InvalidRequest},
 		{"duplicate key", `{"args":{"argv":["true"],"argv":["rm","-rf","/"]}}`, errcode.InvalidRequest},
 	} {
 		rep := rawReply(t, ctx, st.ClientConn, subj, []byte(tc.body))

@@ -562,13 +562,7 @@ func (a *Agent) reapIdle() {
 		return
 	}
 	before := time.Now().Add(-a.cfg.ProcIdleTimeout)
-	a.mu.Lock()
-	ss := make([]*session, 0, len(a.sessions))
-	for _, s := range a.sessions {
-		ss = append(ss, s)
-	}
-	a.mu.Unlock()
-	for _, s := range ss {
+	for _, s := range a.held() {
 		for _, p := range s.procs.idle(before) {
 			p.mu.Lock()
 			ex := p.exited

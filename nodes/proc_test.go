@@ -438,3 +438,33 @@ func TestLostProcesses(t *testing.T) {
 		t.Fatalf("lost %v, want [3 10]", got)
 	}
 }
+
+// TestProcessIdleReaped: a process nobody reads, writes or signals for
+// ProcIdleTimeout is ended by the node, recorded as reaped.
+func TestProcessIdleReaped(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{Node: nodes.Config{ProcIdleTimeout: 300 * time.Millisecond, ExpiryInterval: 20 * time.Millisecond}})
+	ctx := testenv.Context(t, time.Minute)
+	cr, err := st.Client.Create(ctx, commands.CreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := st.Client.ProcStart(ctx, cr.SessionID, commands.ProcStartArgs{Argv: []string{"sleep", "300"}, YieldMS: ms(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		evs, err := st.Log.Session(ctx, "default", cr.SessionID)
+		if err != nil {
+			return err
+		}
+		last := evs[len(evs)-1]
+		f, err := events.DecodeData[events.ProcExitFinish](last)
+		if last.Op != string(commands.OpProcExit) || last.Phase != events.PhaseFinish || err != nil {
+			return fmt.Errorf("last event %s %s", last.Op, last.Phase)
+		}
+		if f.ProcessID != p.ProcessID || f.Reason != nodes.ProcReaped {
+			return fmt.Errorf("proc_exit %+v, want %d reaped", f, p.ProcessID)
+		}
+		return nil
+	})
+}

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/paddock-dev/paddock/auth"
 	"runtime/debug"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
