@@ -92,12 +92,19 @@ type ProcArgs struct {
 	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
 	// ReturnOnOutput ends the window as soon as there is output.
 	ReturnOnOutput bool `json:"return_on_output,omitempty"`
+	// NoOutput (proc_write only) answers at once and leaves the output
+	// for a reader elsewhere (a terminal whose keys and screen are two
+	// loops: output taken by a write would be out of order or lost).
+	NoOutput bool `json:"no_output,omitempty"`
 }
 
 // Validate checks the args.
 func (a *ProcArgs) Validate() error {
 	if a.ProcessID <= 0 {
 		return errcode.New(errcode.InvalidRequest, "process_id must be positive")
+	}
+	if a.NoOutput && (a.YieldMS != nil && *a.YieldMS != 0 || a.ReturnOnOutput || a.MaxOutputBytes != 0) {
+		return errcode.New(errcode.InvalidRequest, "no_output takes no yield_ms, return_on_output or max_output_bytes")
 	}
 	if len(a.Input) > MaxStdinBytes {
 		return errcode.New(errcode.PayloadTooLarge, "input of %d bytes exceeds %d", len(a.Input), MaxStdinBytes)

@@ -490,12 +490,19 @@ func runProcWrite(ctx context.Context, a *Agent, s *session, args *commands.Proc
 			return outcome{}, err
 		}
 	}
+	if args.NoOutput {
+		p.mu.Lock()
+		p.lastUsed = time.Now()
+		res := commands.ProcResult{ProcessID: p.id, PendingBytes: int64(len(p.buf)), Running: !p.exited}
+		p.mu.Unlock()
+		return outcome{result: res, data: events.ProcUpdate{ProcessID: p.id, Running: res.Running}}, nil
+	}
 	return a.update(ctx, s, p, args.YieldMS, commands.DefaultYieldMS, args.MaxOutputBytes, args.ReturnOnOutput)
 }
 
 func runProcRead(ctx context.Context, a *Agent, s *session, args *commands.ProcArgs) (outcome, error) {
-	if len(args.Input) > 0 || args.CloseStdin {
-		return outcome{}, errcode.New(errcode.InvalidRequest, "proc_read takes no input; use proc_write")
+	if len(args.Input) > 0 || args.CloseStdin || args.NoOutput {
+		return outcome{}, errcode.New(errcode.InvalidRequest, "proc_read takes no input and returns output; use proc_write")
 	}
 	p, err := s.procs.get(args.ProcessID)
 	if err != nil {

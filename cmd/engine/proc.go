@@ -294,6 +294,9 @@ func sandboxShell(ctx context.Context, base globals, args []string, stdin io.Rea
 		return err
 	}
 	pid := res.ProcessID
+	if first, err := procOutput(res); err == nil {
+		_, _ = stdout.Write(first) // what the start's reply took (the prompt, often)
+	}
 	if isTerm {
 		old, err := term.MakeRaw(int(in.Fd()))
 		if err != nil {
@@ -333,7 +336,8 @@ func sandboxShell(ctx context.Context, base globals, args []string, stdin io.Rea
 			case <-sctx.Done():
 				return
 			case k, ok := <-keys:
-				args := commands.ProcArgs{ProcessID: pid, Input: k, YieldMS: &zero}
+				// The screen loop takes the output: a write must leave it.
+				args := commands.ProcArgs{ProcessID: pid, Input: k, NoOutput: true}
 				if !ok {
 					args.Input, args.CloseStdin = nil, true
 				}

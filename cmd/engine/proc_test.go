@@ -94,6 +94,14 @@ func TestCLIShell(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A person types once the prompt is there (what is typed before
+	// the shell has set its terminal up may be discarded by it).
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if s := screen.String(); !strings.Contains(s, "$ ") && !strings.Contains(s, "# ") {
+			return fmt.Errorf("no prompt on the screen %q (stderr %q)", s, errb.String())
+		}
+		return nil
+	})
 	type_("echo sh''ell-$((6*7))\r")
 	see("shell-42")
 	type_("stty size\r")
