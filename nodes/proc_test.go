@@ -27,6 +27,10 @@ type procDriver struct {
 	ctx context.Context
 	c   *client.Client
 	id  string
+	// first holds the output each start's reply carried, until reads it;
+	// done the reply of a start that told the exit already.
+	first map[int64]string
+	done  map[int64]commands.ProcResult
 }
 
 // output decodes a result's output.
@@ -48,6 +52,15 @@ func output(t *testing.T, r commands.ProcResult) string {
 func (d procDriver) until(pid int64, want string) (string, commands.ProcResult) {
 	d.t.Helper()
 	var all strings.Builder
+	all.WriteString(d.first[pid])
+	delete(d.first, pid)
+	if r, ok := d.done[pid]; ok {
+		delete(d.done, pid)
+		return all.String(), r
+	}
+	if want != "" && strings.Contains(all.String(), want) {
+		return all.String(), commands.ProcResult{ProcessID: pid, Running: true}
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r, err := d.c.ProcRead(d.ctx, d.id, commands.ProcArgs{ProcessID: pid, YieldMS: ms(2000), ReturnOnOutput: true})
@@ -69,7 +82,8 @@ func (d procDriver) until(pid int64, want string) (string, commands.ProcResult) 
 
 func (d procDriver) write(pid int64, in string) commands.ProcResult {
 	d.t.Helper()
-	r, err := d.c.ProcWrite(d.ctx, d.id, commands.ProcArgs{ProcessID: pid, Input: []byte(in), YieldMS: ms(0)})
+	// no_output: the output stays for until, which reads it all.
+	r, err := d.c.ProcWrite(d.ctx, d.id, commands.ProcArgs{ProcessID: pid, Input: []byte(in), NoOutput: true})
 	if err != nil {
 		d.t.Fatalf("proc_write %d: %v", pid, err)
 	}
@@ -87,6 +101,10 @@ func (d procDriver) start(args commands.ProcStartArgs) commands.ProcResult {
 	}
 	if r.ProcessID <= 0 {
 		d.t.Fatalf("proc_start returned process id %d", r.ProcessID)
+	}
+	d.first[r.ProcessID] = output(d.t, r)
+	if !r.Running { // its exit is told: the process is forgotten
+		d.done[r.ProcessID] = r
 	}
 	return r
 }
@@ -108,7 +126,7 @@ func TestProcesses(t *testing.T) {
 
 // testProcesses is the body of TestProcesses and of its Docker twin.
 func testProcesses(t *testing.T, ctx context.Context, st *testenv.Stack, id, node string) {
-	d := procDriver{t: t, ctx: ctx, c: st.Client, id: id}
+	d := procDriver{t: t, ctx: ctx, c: st.Client, id: id, first: map[int64]string{}, done: map[int64]commands.ProcResult{}}
 
 	t.Run("interactive shell", func(t *testing.T) {
 		d := d
@@ -180,7 +198,8 @@ func testProcesses(t *testing.T, ctx context.Context, st *testenv.Stack, id, nod
 		const n = 1_000_000
 		p := d.start(commands.ProcStartArgs{Shell: fmt.Sprintf("head -c %d /dev/zero | tr '\\000' a", n)})
 		// The buffer holds 64 KiB: most of it is dropped, and said so.
-		var got, dropped int64
+		got, dropped := int64(len(d.first[p.ProcessID])), p.DroppedBytes
+		delete(d.first, p.ProcessID)
 		for {
 			r, err := st.Client.ProcRead(ctx, id, commands.ProcArgs{ProcessID: p.ProcessID, YieldMS: ms(5000), MaxOutputBytes: 16 << 10})
 			if err != nil {
@@ -270,10 +289,11 @@ func testProcesses(t *testing.T, ctx context.Context, st *testenv.Stack, id, nod
 		if err := st.Client.ProcSignal(ctx, id, commands.ProcSignalArgs{ProcessID: 1, Signal: "SEGV"}); !errors.Is(err, errcode.ErrInvalidRequest) {
 			t.Fatalf("signal SEGV: %v, want invalid_request", err)
 		}
-		p := d.start(commands.ProcStartArgs{Shell: "echo left; exit 0", YieldMS: ms(0)})
+		p := d.start(commands.ProcStartArgs{Shell: "read x; echo left; exit 0", YieldMS: ms(0)})
 		if err := st.Client.ProcResize(ctx, id, commands.ProcResizeArgs{ProcessID: p.ProcessID, Rows: 5, Cols: 5}); !errors.Is(err, errcode.ErrInvalidRequest) {
 			t.Fatalf("resize without a tty: %v, want invalid_request", err)
 		}
+		d.write(p.ProcessID, "\n")
 		// Exited, output unread: the process is still there, its stdin closed.
 		testenv.Eventually(t, 10*time.Second, func() error {
 			l, err := st.Client.ProcList(ctx, id)

@@ -21,13 +21,14 @@ func TestCLIProc(t *testing.T) {
 	st := testenv.StartStack(t, testenv.StackOptions{})
 	url := st.Broker.ClientURL()
 	id := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create"))
-	pid := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "proc", "start", id, "--", "sh", "-c", "read x; echo got-$x; exit 4"))
+	pid := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "proc", "start", id, "--", "sh", "-c", "read x; sleep 0.2; echo got-$x; exit 4"))
 	if list := mustCLI(t, url, "", "sandbox", "proc", "list", id); !strings.Contains(list, pid+"  ") || !strings.Contains(list, "running") {
 		t.Fatalf("proc list:\n%s", list)
 	}
-	mustCLI(t, url, "", "sandbox", "proc", "write", id, pid, `abc\n`, "--yield", "0s")
+	// The write prints what came back within its window, the read the rest.
+	wrote := mustCLI(t, url, "", "sandbox", "proc", "write", id, pid, `abc\n`, "--yield", "0s")
 	code, out, errs := cli(t, url, "", "sandbox", "proc", "read", id, pid, "--follow")
-	if code != 4 || out != "got-abc\n" {
+	if out = wrote + out; code != 4 || out != "got-abc\n" {
 		t.Fatalf("read --follow: exit %d, stdout %q, stderr %q; want 4 and got-abc", code, out, errs)
 	}
 	for _, args := range [][]string{
