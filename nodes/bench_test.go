@@ -24,10 +24,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkExecTrue -benchtime 400x ./nodes/
 func BenchmarkExecTrue(b *testing.B) {
-	for _, sync := range []struct {
-		name     string
-		interval time.Duration
-	}{{"sync=always", 0}, {"sync=1s", time.Second}} {
+	for _, sync := range syncModes {
 		st := testenv.StartStack(b, testenv.StackOptions{Broker: broker.Config{SyncInterval: sync.interval}})
 		ctx := context.Background()
 
@@ -56,6 +53,13 @@ func BenchmarkExecTrue(b *testing.B) {
 		})
 	}
 }
+
+// syncModes are the two durability settings the benchmarks compare: the
+// engine's default (fsync every write) and a relaxed one.
+var syncModes = []struct {
+	name     string
+	interval time.Duration
+}{{"sync=always", 0}, {"sync=1s", time.Second}}
 
 // measure runs fn b.N times and reports the p50 and p99 latency.
 func measure(b *testing.B, fn func() error) {
@@ -159,10 +163,7 @@ func BenchmarkAuthOverhead(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkProcEcho -benchtime 300x ./nodes/
 func BenchmarkProcEcho(b *testing.B) {
-	for _, sync := range []struct {
-		name     string
-		interval time.Duration
-	}{{"sync=always", 0}, {"sync=1s", time.Second}} {
+	for _, sync := range syncModes {
 		st := testenv.StartStack(b, testenv.StackOptions{Broker: broker.Config{SyncInterval: sync.interval}})
 		ctx := context.Background()
 		b.Run("direct/"+sync.name, func(b *testing.B) {

@@ -82,10 +82,7 @@ func BenchmarkDockerCreate(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkDockerExec -benchtime 150x ./nodes/
 func BenchmarkDockerExec(b *testing.B) {
-	for _, sync := range []struct {
-		name     string
-		interval time.Duration
-	}{{"sync=always", 0}, {"sync=1s", time.Second}} {
+	for _, sync := range syncModes {
 		b.Run(sync.name, func(b *testing.B) {
 			st, image := dockerBenchStack(b, sync.interval)
 			cli := testenv.DockerClient(b)
@@ -138,10 +135,7 @@ func BenchmarkDockerExec(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkDockerProcEcho -benchtime 200x ./nodes/
 func BenchmarkDockerProcEcho(b *testing.B) {
-	for _, sync := range []struct {
-		name     string
-		interval time.Duration
-	}{{"sync=always", 0}, {"sync=1s", time.Second}} {
+	for _, sync := range syncModes {
 		st, image := dockerBenchStack(b, sync.interval)
 		ctx := context.Background()
 		rt, err := docker.New(docker.Config{Client: testenv.DockerClient(b), Node: st.Agent.ID()})

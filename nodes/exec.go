@@ -27,13 +27,8 @@ func (a *Agent) execTimeout(args *commands.ExecArgs) time.Duration {
 
 func execStart(a *Agent, s *session, args *commands.ExecArgs) any {
 	r := s.redactor()
-	cmd := argv(args)
-	shown := make([]string, len(cmd))
-	for i, v := range cmd {
-		shown[i] = r.string(v)
-	}
 	return events.ExecStart{
-		Argv: shown, Cwd: r.string(args.Cwd), TimeoutMS: a.execTimeout(args).Milliseconds(),
+		Argv: r.strings(argv(args)), Cwd: r.string(args.Cwd), TimeoutMS: a.execTimeout(args).Milliseconds(),
 		EnvKeys: sortedKeys(args.Env), User: args.User, Stream: args.Stream,
 	}
 }

@@ -407,12 +407,7 @@ func (r redactor) partial(b []byte) int {
 
 func procStartData(a *Agent, s *session, args *commands.ProcStartArgs) any {
 	r := s.redactor()
-	cmd := procArgv(args)
-	shown := make([]string, len(cmd))
-	for i, v := range cmd {
-		shown[i] = r.string(v)
-	}
-	return events.ProcStart{Argv: shown, Cwd: r.string(args.Cwd), EnvKeys: sortedKeys(args.Env), User: args.User,
+	return events.ProcStart{Argv: r.strings(procArgv(args)), Cwd: r.string(args.Cwd), EnvKeys: sortedKeys(args.Env), User: args.User,
 		TTY: args.TTY, Rows: args.Rows, Cols: args.Cols}
 }
 
@@ -442,7 +437,7 @@ func runProcStart(ctx context.Context, a *Agent, s *session, args *commands.Proc
 		return outcome{}, err
 	}
 	id := int64(startSeq(ctx))
-	shown := procStartData(a, s, args).(events.ProcStart).Argv
+	shown := s.redactor().strings(procArgv(args))
 	p := &proc{
 		id: id, p: rp, bufMax: a.cfg.ProcBufferBytes, stopped: make(chan struct{}), changed: make(chan struct{}),
 		lastUsed: time.Now(),

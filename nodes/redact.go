@@ -65,6 +65,15 @@ func (r redactor) string(s string) string {
 	return string(r.bytes([]byte(s)))
 }
 
+// strings returns ss with secret values redacted (argv as recorded).
+func (r redactor) strings(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, v := range ss {
+		out[i] = r.string(v)
+	}
+	return out
+}
+
 // active reports whether there is anything to redact.
 func (r redactor) active() bool { return len(r.secrets) > 0 }
 

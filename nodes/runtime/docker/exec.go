@@ -277,9 +277,16 @@ func (s *Sandbox) stopTree(user string, hdr *pidHeader) error {
 
 // killSession runs killScript for the session of pid in the container.
 func (s *Sandbox) killSession(ctx context.Context, user string, pid int) error {
+	return s.runHelper(ctx, user, "killed", killScript, "paddock-kill", strconv.Itoa(pid))
+}
+
+// runHelper runs one of the wrapper's shell scripts in the container as
+// user (sh -c script args...) and returns nil when it printed done. A
+// container that stopped or is gone has nothing left to act on: nil too.
+func (s *Sandbox) runHelper(ctx context.Context, user, done, script string, args ...string) error {
 	created, err := s.r.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
 		User: user, AttachStdout: true, AttachStderr: true,
-		Cmd: []string{"/bin/sh", "-c", killScript, "paddock-kill", strconv.Itoa(pid)},
+		Cmd: append([]string{"/bin/sh", "-c", script}, args...),
 	})
 	if errdefs.IsConflict(err) || errdefs.IsNotFound(err) {
 		return nil // the container stopped or is gone: so are its processes
@@ -294,8 +301,8 @@ func (s *Sandbox) killSession(ctx context.Context, user string, pid int) error {
 	defer att.Close()
 	out := &runtime.CappedBuffer{Max: 512}
 	_, _ = stdcopy.StdCopy(out, out, att.Reader)
-	if strings.TrimSpace(string(out.Bytes())) != "killed" {
-		return errors.New("the kill did not run: " + strings.TrimSpace(string(out.Bytes())))
+	if got := strings.TrimSpace(string(out.Bytes())); got != done {
+		return errors.New(args[0] + " did not run: " + got)
 	}
 	return nil
 }

@@ -3,13 +3,11 @@ package docker
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"maps"
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +15,6 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/versions"
-	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/paddock-dev/paddock/errcode"
@@ -388,27 +385,7 @@ func (s *Sandbox) signalSession(ctx context.Context, user string, pid int, sig s
 	if sig == syscall.SIGCONT {
 		all = "1"
 	}
-	created, err := s.r.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
-		User: user, AttachStdout: true, AttachStderr: true,
-		Cmd: []string{"/bin/sh", "-c", signalScript, "paddock-signal", strconv.Itoa(pid), strconv.Itoa(int(sig)), all},
-	})
-	if errdefs.IsConflict(err) || errdefs.IsNotFound(err) {
-		return nil // the container stopped or is gone: so are its processes
-	}
-	if err != nil {
-		return err
-	}
-	att, err := s.r.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return err
-	}
-	defer att.Close()
-	out := &runtime.CappedBuffer{Max: 512}
-	_, _ = stdcopy.StdCopy(out, out, att.Reader)
-	if got := strings.TrimSpace(string(out.Bytes())); got != "signalled" {
-		return errors.New("the signal did not run: " + got)
-	}
-	return nil
+	return s.runHelper(ctx, user, "signalled", signalScript, "paddock-signal", strconv.Itoa(pid), strconv.Itoa(int(sig)), all)
 }
 
 // outBuffer carries a process's output from the goroutine that copies the

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
@@ -342,41 +340,4 @@ func TestProcessUnreadOutput(t *testing.T) {
 	if err != nil || len(got) != 100000 {
 		t.Errorf("ReadAll after Wait: got %d bytes, %v; want 100000", len(got), err)
 	}
-}
-
-// BenchmarkProcessEchoDocker measures a round trip through an interactive
-// shell on a terminal: write a command line, read until its output line
-// (not only the terminal's echo of it) has come.
-func BenchmarkProcessEchoDocker(b *testing.B) {
-	cli, image := benchEnv(b)
-	ctx := context.Background()
-	rt := benchRuntime(b, cli)
-	sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sb.Shutdown(ctx)
-	p, err := sb.(*docker.Sandbox).StartProcess(ctx, runtime.ProcessSpec{Argv: []string{"sh"}, TTY: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	buf := make([]byte, 4096)
-	var acc []byte
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		want := []byte("\nx" + strconv.Itoa(i) + "\r\n")
-		if _, err := p.Write([]byte("echo x" + strconv.Itoa(i) + "\n")); err != nil {
-			b.Fatal(err)
-		}
-		acc = acc[:0]
-		for !bytes.Contains(acc, want) {
-			n, err := p.Read(buf)
-			if err != nil {
-				b.Fatalf("Read: %v (after %q)", err, acc)
-			}
-			acc = append(acc, buf[:n]...)
-		}
-	}
-	b.StopTimer()
 }
