@@ -1,0 +1,146 @@
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "paddock"
+
+// Outcomes of an operation (label outcome of paddock_node_ops_total).
+const (
+	// OutcomeOK: the operation succeeded.
+	OutcomeOK = "ok"
+	// OutcomeFailed: it ran and reported failure without an error (an
+	// exec that exited non-zero).
+	OutcomeFailed = "failed"
+	// OutcomeError: it ended with an error code.
+	OutcomeError = "error"
+)
+
+// latencyBuckets (seconds) span a fast file op to a long exec.
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// appendBuckets (seconds) span a JetStream append, fsync included.
+var appendBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30}
+
+// Metrics holds the collectors of one process (an engine, with its
+// embedded node if any, or an agent node) in its own registry. Its methods
+// are safe for concurrent use, and a nil *Metrics records nothing.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	ops         *prometheus.CounterVec
+	opSeconds   *prometheus.HistogramVec
+	appends     *prometheus.CounterVec
+	appendSecs  prometheus.Histogram
+	placements  *prometheus.CounterVec
+	rejections  *prometheus.CounterVec
+	objectBytes *prometheus.CounterVec
+}
+
+// New returns collectors registered in a fresh registry, with the Go
+// runtime and process collectors beside them.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "node", Name: "ops_total",
+			Help: "Operations a node performed, by op, runtime, outcome (ok, failed, error) and error code (empty unless outcome is error).",
+		}, []string{"op", "runtime", "outcome", "code"}),
+		opSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Subsystem: "node", Name: "op_duration_seconds",
+			Help:    "How long operations ran on a node (between their start and finish events), by op, runtime and outcome.",
+			Buckets: latencyBuckets,
+		}, []string{"op", "runtime", "outcome"}),
+		appends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "events", Name: "appends_total",
+			Help: "Session event appends by a node, by result (ok, failed).",
+		}, []string{"result"}),
+		appendSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Subsystem: "events", Name: "append_duration_seconds",
+			Help:    "How long a session event append took, retries included.",
+			Buckets: appendBuckets,
+		}),
+		placements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "scheduler", Name: "placements_total",
+			Help: "Sessions the scheduler placed on a node, by op (create, resume).",
+		}, []string{"op"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "scheduler", Name: "rejections_total",
+			Help: "Placements the scheduler could not make, by op and reason (the error code of the reply).",
+		}, []string{"op", "reason"}),
+		objectBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "objectstore", Name: "bytes_total",
+			Help: "Bytes moved to (in) and from (out) the object store, by kind (snapshot, transfer).",
+		}, []string{"direction", "kind"}),
+	}
+	m.reg.MustRegister(m.ops, m.opSeconds, m.appends, m.appendSecs, m.placements, m.rejections, m.objectBytes,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry the collectors are in (nil for a nil
+// Metrics).
+func (m *Metrics) Registry() *prometheus.Registry {
+	if m == nil {
+		return nil
+	}
+	return m.reg
+}
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
+}
+
+// Op records one operation a node performed: outcome is OutcomeOK,
+// OutcomeFailed or OutcomeError, code the error code (only with
+// OutcomeError).
+func (m *Metrics) Op(op, runtime, outcome, code string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.ops.WithLabelValues(op, runtime, outcome, code).Inc()
+	m.opSeconds.WithLabelValues(op, runtime, outcome).Observe(d.Seconds())
+}
+
+// Append records one session event append and how long it took.
+func (m *Metrics) Append(d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "failed"
+	}
+	m.appends.WithLabelValues(result).Inc()
+	m.appendSecs.Observe(d.Seconds())
+}
+
+// Placement records the scheduler's answer to a placement: code is ""
+// when a node took the session, else the reply's error code.
+func (m *Metrics) Placement(op, code string) {
+	if m == nil {
+		return
+	}
+	if code == "" {
+		m.placements.WithLabelValues(op).Inc()
+		return
+	}
+	m.rejections.WithLabelValues(op, code).Inc()
+}
+
+// ObjectBytes records n bytes moved in ("in") or out ("out") of the
+// object store for kind ("snapshot" or "transfer").
+func (m *Metrics) ObjectBytes(direction, kind string, n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.objectBytes.WithLabelValues(direction, kind).Add(float64(n))
+}
