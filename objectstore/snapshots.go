@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/storage"
 )
 
 // Snapshot formats. Snapshots are written as FormatTar unless the store is
@@ -59,19 +61,20 @@ func (f fullReader) Read(p []byte) (int, error) {
 
 // Store keeps workspace snapshots in the object store bucket.
 type Store struct {
-	obs  jetstream.ObjectStore
-	zstd bool // write FormatTarZstd instead of FormatTar
+	obs    jetstream.ObjectStore
+	js     jetstream.JetStream
+	bucket string
+	zstd   bool // write FormatTarZstd instead of FormatTar
+	meter  ByteMeter
 }
-
-// NewStore returns a store on obs (see Ensure) that writes plain tar
-// snapshots.
-func NewStore(obs jetstream.ObjectStore) *Store { return &Store{obs: obs} }
 
 // Compressed returns a store on the same bucket that writes zstd
 // snapshots: smaller for compressible workspaces, slower for the rest.
-func (s *Store) Compressed() *Store { return &Store{obs: s.obs, zstd: true} }
+func (s *Store) Compressed() *Store { c := *s; c.zstd = true; return &c }
 
-// Open returns the store on the bucket, which must exist.
+// Open returns the store on the bucket (DefaultBucket when empty), which
+// must exist; it writes plain tar snapshots. It fails with unavailable
+// when the bucket cannot be opened.
 func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
 	if bucket == "" {
 		bucket = DefaultBucket
@@ -80,7 +83,54 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Unavailable, err, "workspace bucket "+bucket)
 	}
-	return NewStore(obs), nil
+	return &Store{obs: obs, js: js, bucket: bucket}, nil
+}
+
+// counter counts the bytes read through it.
+type counter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *counter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// dropFailed deletes what a failed put of name left: nats.go purges the
+// chunks it stored, but the object's info, published before the refusal
+// came back, may have been stored and would name an object without
+// chunks.
+func (s *Store) dropFailed(ctx context.Context, name string) {
+	// A bound of its own: ctx may be what ran out.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = s.Delete(dctx, name)
+}
+
+// putErr is the error of a put of name that failed after reading sent
+// bytes: storage_quota_exceeded when the bucket is at its quota or the
+// store is full, else unavailable. The bucket's state tells a full bucket
+// from a write error of the server (both are the same JetStream code).
+func (s *Store) putErr(ctx context.Context, err error, what string, sent int64) error {
+	if c := errcode.Of(err); c != "" && c != errcode.Internal {
+		return err
+	}
+	switch {
+	case storage.StoreFull(err):
+		return errcode.Wrap(errcode.StorageQuotaExceeded, err, fmt.Sprintf("the JetStream store is full: %s (%d bytes or more) does not fit; delete snapshots (engine snapshot rm) or give the server more (max_file_store)", what, sent))
+	case storage.StreamRefused(err):
+		// A bound of its own: ctx may be what ran out.
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		u, ierr := storage.Read(ictx, s.js, StreamName(s.bucket))
+		// What failed was purged: the bucket holds what the others hold.
+		if ierr == nil && u.MaxBytes > 0 && u.Bytes+uint64(sent)+ChunkSize >= uint64(u.MaxBytes) {
+			return errcode.Wrap(errcode.StorageQuotaExceeded, err, fmt.Sprintf("the workspace bucket %s holds %d of its %d-byte quota and %s needs %d bytes or more: delete snapshots (engine snapshot rm) or raise the quota (engine serve --objects-max-bytes)", s.bucket, u.Bytes, u.MaxBytes, what, sent))
+		}
+	}
+	return errcode.Wrap(errcode.Unavailable, err, "store "+what)
 }
 
 // Counts is what a writer learns about an archive while streaming it.
@@ -124,13 +174,13 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, seq uint64,
 		}
 		pw.CloseWithError(err)
 	}()
-	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}, fullReader{pr})
+	sent := &counter{r: pr}
+	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}, fullReader{sent})
 	pr.CloseWithError(err)
+	s.count("in", name, sent.n)
 	if err != nil {
-		if errcode.Of(err) != "" && errcode.Of(err) != errcode.Internal {
-			return Snapshot{}, err
-		}
-		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "store snapshot "+name)
+		s.dropFailed(ctx, name)
+		return Snapshot{}, s.putErr(ctx, err, "snapshot "+name, sent.n)
 	}
 	stored, err := digestHex(info.Digest)
 	if err != nil {
@@ -153,7 +203,12 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, seq uint64,
 		"bytes": strconv.FormatInt(snap.Bytes, 10), "format": snap.Format, "seq": strconv.FormatUint(seq, 10),
 	}}
 	if err := s.obs.UpdateMeta(ctx, name, meta); err != nil {
-		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "record snapshot metadata "+name)
+		// A snapshot without its metadata is no snapshot: remove it (the
+		// bucket may have had room for the chunks but not the metadata).
+		if derr := s.Delete(context.WithoutCancel(ctx), name); derr != nil {
+			return Snapshot{}, errcode.Wrap(errcode.Unavailable, errors.Join(err, derr), "record snapshot metadata "+name)
+		}
+		return Snapshot{}, s.putErr(ctx, err, "snapshot "+name, int64(info.Size))
 	}
 	return snap, nil
 }
@@ -257,7 +312,9 @@ func (s *Store) fetchSum(ctx context.Context, name, want string, f *os.File, tee
 	default:
 		w = io.MultiWriter(f, tee)
 	}
-	if _, err := io.Copy(w, res); err != nil {
+	fetched, err := io.Copy(w, res)
+	s.count("out", name, fetched)
+	if err != nil {
 		if errcode.Of(err) != "" && errcode.Of(err) != errcode.Internal {
 			return "", err // the tee's verdict
 		}
@@ -363,8 +420,12 @@ func CheckUpload(tenant, name string) error {
 // large files a client sends) and returns its name.
 func (s *Store) Upload(ctx context.Context, tenant, id string, r io.Reader) (string, error) {
 	name := UploadPrefix(tenant) + id
-	if _, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}, fullReader{r}); err != nil {
-		return "", errcode.Wrap(errcode.Unavailable, err, "upload")
+	sent := &counter{r: r}
+	_, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}, fullReader{sent})
+	s.count("in", name, sent.n)
+	if err != nil {
+		s.dropFailed(ctx, name)
+		return "", s.putErr(ctx, err, "upload "+name, sent.n)
 	}
 	return name, nil
 }
@@ -386,16 +447,112 @@ func (s *Store) Copy(ctx context.Context, name string, w io.Writer) (int64, erro
 	}
 	defer res.Close()
 	n, err := io.Copy(w, res)
+	s.count("out", name, n)
 	if err != nil {
 		return n, errcode.Wrap(errcode.Unavailable, err, "read "+name)
 	}
 	return n, nil
 }
 
-// Delete removes an object (an upload once used).
+// Delete removes an object (an upload once used, a snapshot); a missing
+// one is no error. It frees the space first: a bucket at its quota
+// refuses the deletion marker that the object store writes before it
+// purges an object's chunks, so the chunks are purged before the marker.
 func (s *Store) Delete(ctx context.Context, name string) error {
+	info, err := s.obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted())
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "delete "+name)
+	}
+	if info.Deleted {
+		return nil
+	}
+	stream, err := s.js.Stream(ctx, StreamName(s.bucket))
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "delete "+name)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(chunkSubject(s.bucket, info.NUID))); err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "delete "+name)
+	}
 	if err := s.obs.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return errcode.Wrap(errcode.Unavailable, err, "delete "+name)
 	}
 	return nil
+}
+
+// chunkSubject is the subject of an object's chunks in its bucket's
+// stream (nats.go's object store layout: $O.<bucket>.C.<nuid>).
+func chunkSubject(bucket, nuid string) string { return "$O." + bucket + ".C." + nuid }
+
+// Snapshots returns the snapshots whose names start with prefix
+// (SnapshotPrefix: a tenant's, or one session's; "" for all), in name
+// order; uploads are not snapshots and are left out.
+func (s *Store) Snapshots(ctx context.Context, prefix string) ([]Snapshot, error) {
+	infos, err := s.obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Unavailable, err, "list bucket "+s.bucket)
+	}
+	var out []Snapshot
+	for _, info := range infos {
+		_, _, id, ok := ParseSnapshotName(info.Name)
+		if !ok || !strings.HasPrefix(info.Name, prefix) {
+			continue
+		}
+		m := info.Metadata
+		members, _ := strconv.Atoi(m["members"])
+		bytes, _ := strconv.ParseInt(m["bytes"], 10, 64)
+		seq, _ := strconv.ParseUint(m["seq"], 10, 64)
+		out = append(out, Snapshot{ID: id, Name: info.Name, SHA256: m["sha256"], StoredSHA256: m["stored_sha256"], Size: int64(info.Size),
+			Members: members, Bytes: bytes, Format: m["format"], Seq: seq, Created: info.ModTime.UTC()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// SnapshotPrefix is the name prefix of a tenant's snapshots (session "")
+// or of one session's.
+func SnapshotPrefix(tenant, session string) string {
+	if session == "" {
+		return tenant + "/"
+	}
+	return tenant + "/" + session + "/"
+}
+
+// ParseSnapshotName splits a snapshot's object name
+// (<tenant>/<session>/<id>.tar) into its parts; ok is false for any other
+// name (an upload).
+func ParseSnapshotName(name string) (tenant, session, id string, ok bool) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 3 || parts[0] == "uploads" {
+		return "", "", "", false
+	}
+	id, ok = strings.CutSuffix(parts[2], ".tar")
+	if !ok {
+		return "", "", "", false
+	}
+	if _, err := SnapshotName(parts[0], parts[1], id); err != nil {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], id, true
+}
+
+// DeleteSnapshot removes a snapshot and frees its space (see Delete): a
+// session restored from it later fails with snapshot_not_found. An
+// unknown snapshot is snapshot_not_found.
+func (s *Store) DeleteSnapshot(ctx context.Context, tenant, session, id string) error {
+	name, err := SnapshotName(tenant, session, id)
+	if err != nil {
+		return err
+	}
+	if _, err := s.obs.GetInfo(ctx, name); errors.Is(err, jetstream.ErrObjectNotFound) {
+		return errcode.New(errcode.SnapshotNotFound, "no snapshot %s", name)
+	} else if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "snapshot "+name)
+	}
+	return s.Delete(ctx, name)
 }

@@ -20,11 +20,15 @@ func newStore(t *testing.T) *objectstore.Store {
 	t.Helper()
 	b := testenv.StartBroker(t)
 	js := testenv.JetStream(t, testenv.Connect(t, b.ClientURL()))
-	obs, err := objectstore.Ensure(testenv.Context(t, 10*time.Second), js, objectstore.Config{})
+	ctx := testenv.Context(t, 10*time.Second)
+	if _, err := objectstore.Ensure(ctx, js, objectstore.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := objectstore.Open(ctx, js, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return objectstore.NewStore(obs)
+	return st
 }
 
 // TestSnapshotRoundTrip: plain and zstd snapshots store, describe and

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/storage"
 )
 
 // DefaultBucket is the workspace archive bucket.
@@ -18,7 +19,10 @@ type Config struct {
 	Bucket string
 	// Replicas (default 1).
 	Replicas int
-	// MaxBytes bounds the bucket (0: unlimited).
+	// MaxBytes is the bucket's quota: JetStream reserves it, and a put
+	// that does not fit is refused (storage_quota_exceeded) while other
+	// streams go on. 0 keeps the quota an existing bucket has; a new one
+	// is unbounded.
 	MaxBytes int64
 }
 
@@ -45,9 +49,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
-	maxBytes := cfg.MaxBytes
-	if maxBytes == 0 {
-		maxBytes = -1
+	maxBytes, err := storage.KeepMaxBytes(ctx, js, StreamName(cfg.Bucket), cfg.MaxBytes)
+	if err != nil {
+		return nil, err
 	}
 	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      cfg.Bucket,
@@ -58,10 +62,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.
 		Compression: false,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("ensure object store %s: %w", cfg.Bucket, storage.ReservationError(err, StreamName(cfg.Bucket), maxBytes))
 	}
 	return os, nil
 }
+
+// StreamName is the stream that holds bucket.
+func StreamName(bucket string) string { return "OBJ_" + bucket }
 
 // SnapshotName returns the object name of a snapshot. Each part must be a
 // valid subject token (no '.', '*', '>', whitespace), so names cannot

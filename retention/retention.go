@@ -1,0 +1,190 @@
+// Package retention decides what of the workspace bucket may go, and
+// removes it: temporary transfer objects past their time to live, chunks
+// of puts that never finished, snapshots of deleted sessions past a
+// retention window, and snapshots beyond the last N of a session. It
+// never removes a snapshot a session that is not deleted would resume
+// from. Events are not its business: the events stream denies deletion.
+package retention
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/projection"
+)
+
+// Policy says what may go.
+type Policy struct {
+	// TransferTTL is how long a temporary transfer object (an upload, or
+	// a download's staging copy) and an unfinished put's chunks may stay.
+	TransferTTL time.Duration
+	// DeletedRetention is how long the snapshots of a deleted session stay
+	// after its delete (0: they go at the next sweep).
+	DeletedRetention time.Duration
+	// KeepLast keeps this many of a session's newest snapshots, besides the
+	// one it would resume from (0: keep every one).
+	KeepLast int
+}
+
+// Defaults of the engine's flags.
+const (
+	DefaultTransferTTL      = 24 * time.Hour
+	DefaultDeletedRetention = 7 * 24 * time.Hour
+)
+
+// Validate refuses negative values.
+func (p Policy) Validate() error {
+	if p.TransferTTL <= 0 || p.DeletedRetention < 0 || p.KeepLast < 0 {
+		return fmt.Errorf("retention: a transfer TTL above 0, and no negative retention or keep count, please (got %s, %s, %d)", p.TransferTTL, p.DeletedRetention, p.KeepLast)
+	}
+	return nil
+}
+
+// Why an object goes.
+const (
+	ReasonTransferExpired = "transfer_expired" // an upload older than TransferTTL
+	ReasonOrphanChunks    = "unfinished_put"   // chunks no object names, older than TransferTTL
+	ReasonDeletedSession  = "deleted_session"  // a snapshot of a session deleted DeletedRetention ago
+	ReasonBeyondKeep      = "beyond_keep_last" // older than the session's KeepLast newest
+)
+
+// Removal is one thing a sweep removes (or, dry, would).
+type Removal struct {
+	// Name is the object's name, or "chunks:<nuid>" for orphan chunks.
+	Name    string    `json:"name"`
+	Reason  string    `json:"reason"`
+	Size    int64     `json:"size"`
+	Created time.Time `json:"created"`
+	nuid    string
+}
+
+// Session is what the planner needs of a session's record.
+type Session struct {
+	Status    projection.Status
+	UpdatedAt time.Time // for a deleted session: when it was deleted
+	// Current is the snapshot id a resume would restore ("" for none).
+	Current string
+}
+
+// SessionKey is the key of Plan's sessions map.
+func SessionKey(tenant, id string) string { return tenant + "/" + id }
+
+// Plan returns what p lets go of objects at now, given the sessions the
+// projection knows (by SessionKey). A snapshot of a session the
+// projection does not know is kept: the projection may lag behind a
+// create. It is pure: Sweep lists and removes.
+func Plan(now time.Time, p Policy, objects []objectstore.Object, sessions map[string]Session) []Removal {
+	var out []Removal
+	bySession := map[string][]objectstore.Object{}
+	for _, o := range objects {
+		if strings.HasPrefix(o.Name, "uploads/") {
+			if now.Sub(o.Created) >= p.TransferTTL {
+				out = append(out, Removal{Name: o.Name, Reason: ReasonTransferExpired, Size: o.Size, Created: o.Created})
+			}
+			continue
+		}
+		tenant, session, _, ok := objectstore.ParseSnapshotName(o.Name)
+		if !ok {
+			continue // not ours to judge
+		}
+		k := SessionKey(tenant, session)
+		bySession[k] = append(bySession[k], o)
+	}
+	keys := make([]string, 0, len(bySession))
+	for k := range bySession {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		snaps := bySession[k]
+		s, known := sessions[k]
+		if !known {
+			continue
+		}
+		if s.Status == projection.StatusDeleted {
+			if now.Sub(s.UpdatedAt) >= p.DeletedRetention {
+				for _, o := range snaps {
+					out = append(out, Removal{Name: o.Name, Reason: ReasonDeletedSession, Size: o.Size, Created: o.Created})
+				}
+			}
+			continue
+		}
+		if p.KeepLast <= 0 || len(snaps) <= p.KeepLast {
+			continue
+		}
+		sort.Slice(snaps, func(i, j int) bool { // newest first
+			if !snaps[i].Created.Equal(snaps[j].Created) {
+				return snaps[i].Created.After(snaps[j].Created)
+			}
+			return snaps[i].Name > snaps[j].Name
+		})
+		for _, o := range snaps[p.KeepLast:] {
+			if _, _, id, _ := objectstore.ParseSnapshotName(o.Name); id == s.Current {
+				continue // what a resume restores stays, however old
+			}
+			out = append(out, Removal{Name: o.Name, Reason: ReasonBeyondKeep, Size: o.Size, Created: o.Created})
+		}
+	}
+	return out
+}
+
+// Sessions are where a sweep reads the sessions' records: all tenants'.
+type Sessions func(ctx context.Context) ([]projection.SessionRecord, error)
+
+// Sweep plans with p over the bucket's objects and unfinished puts and,
+// unless dry, removes what the plan says. It returns the plan; on an
+// error it returns what it removed before. Removing what is already gone
+// (another engine's sweep) is no error, so engines may sweep at once.
+func Sweep(ctx context.Context, store *objectstore.Store, sessions Sessions, p Policy, dry bool, logger *slog.Logger) ([]Removal, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	recs, err := sessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	known := make(map[string]Session, len(recs))
+	for _, r := range recs {
+		s := Session{Status: r.Status, UpdatedAt: r.UpdatedAt}
+		if r.LastSnapshot != nil {
+			s.Current = r.LastSnapshot.ID
+		}
+		known[SessionKey(r.Tenant, r.ID)] = s
+	}
+	objs, err := store.Objects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	plan := Plan(now, p, objs, known)
+	orphans, err := store.OrphanChunks(ctx, now.Add(-p.TransferTTL))
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range orphans {
+		plan = append(plan, Removal{Name: "chunks:" + c.NUID, Reason: ReasonOrphanChunks, Created: c.Last, nuid: c.NUID})
+	}
+	if dry {
+		return plan, nil
+	}
+	for i, r := range plan {
+		var err error
+		if r.nuid != "" {
+			err = store.PurgeChunks(ctx, r.nuid)
+		} else {
+			err = store.Delete(ctx, r.Name)
+		}
+		if err != nil {
+			return plan[:i], fmt.Errorf("retention: remove %s: %w", r.Name, err)
+		}
+		if logger != nil {
+			logger.Info("retention: removed", "name", r.Name, "reason", r.Reason, "bytes", r.Size)
+		}
+	}
+	return plan, nil
+}
