@@ -83,6 +83,9 @@ type Checker struct {
 	trust      Trust
 	registered map[string]map[string]bool
 	signers    map[[2]string]*Signer
+	// nodes are the writers that registered as nodes; engines those that
+	// declared a node lost (signature.go).
+	nodes, engines map[string]bool
 }
 
 // NewChecker returns a checker for a stream whose subjects subj builds and
@@ -190,13 +193,21 @@ func (c *Checker) Check(m events.Msg) {
 // checkHolder reports an event written by another node than the one that
 // holds the session. A node takes a session with its create or resume
 // start; before its resume start, a node taking a session over may close
-// the old node's open operations (failed finishes, unavailable).
+// the old node's open operations (failed finishes, unavailable). An
+// engine (a writer that declared a node lost) may end a lost node's hold:
+// its node_lost start releases the session (no node holds it until a
+// resume), and it may then record the lost node's processes' ends and
+// delete the session; an engine may also delete a session whose node is
+// gone (shut down or failed there). A node may do none of that.
 func (c *Checker) checkHolder(ch *chain, ev events.Event, f Finding) {
 	taking := ev.Phase == events.PhaseStart && (ev.Op == "create" || ev.Op == "resume")
 	closing := ev.Phase == events.PhaseFinish && ev.OK != nil && !*ev.OK && ev.ErrorCode == "unavailable"
+	engine := c.isEngine(ev.Node)
 	switch {
 	case taking:
 		ch.holder = ev.Node
+	case engine && (ev.Op == "node_lost" || ev.Op == "delete") && ev.Phase == events.PhaseStart:
+		ch.holder = ""
 	case ch.holder != "" && ev.Node != ch.holder && !closing:
 		f.Kind, f.Detail = NotHolder, fmt.Sprintf("%s %s by node %s, but node %s holds the session", ev.Op, ev.Phase, orNone(ev.Node), ch.holder)
 		c.find(f)

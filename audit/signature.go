@@ -26,6 +26,11 @@ type Trust struct {
 	Issued map[string]string
 	// RequireSigned makes an unsigned session event a failure.
 	RequireSigned bool
+	// Engines names the writers that are engines (the auth store's engine
+	// and admin identities), which may end a lost node's hold on its
+	// sessions. Nil: a writer is an engine when it declared a node lost
+	// and never registered as a node.
+	Engines map[string]bool
 }
 
 // Signer says which node signed how many of the checked events, with
@@ -42,26 +47,59 @@ type Signer struct {
 func (c *Checker) SetTrust(t Trust) { c.trust = t }
 
 // noteNodeEvent remembers the signing key a node's signed registered
-// event declares.
+// event declares, and the key an engine's signed lost event declares.
 func (c *Checker) noteNodeEvent(m events.Msg) {
 	if m.VerifySignature() != nil {
 		return
 	}
 	var ev events.NodeEvent
-	if json.Unmarshal(m.Data, &ev) != nil || ev.Kind != "registered" {
+	if json.Unmarshal(m.Data, &ev) != nil {
 		return
 	}
-	var info events.NodeInfo
-	if json.Unmarshal(ev.Data, &info) != nil || info.SigningKey != m.Signer {
-		return
+	switch ev.Kind {
+	case "registered":
+		var info events.NodeInfo
+		if json.Unmarshal(ev.Data, &info) == nil && info.SigningKey == m.Signer {
+			c.register(ev.Node, m.Signer)
+		}
+		if c.nodes == nil {
+			c.nodes = map[string]bool{}
+		}
+		c.nodes[ev.Node] = true
+	case "lost":
+		// An engine that declared a node lost writes the end of its
+		// sessions under its own name, and declares its key here.
+		var d events.NodeLost
+		if json.Unmarshal(ev.Data, &d) == nil && d.By != "" && d.SigningKey == m.Signer {
+			c.register(d.By, m.Signer)
+			if c.engines == nil {
+				c.engines = map[string]bool{}
+			}
+			c.engines[d.By] = true
+		}
 	}
+}
+
+// isEngine reports whether writer is an engine: named so by the trust
+// (the auth store's engine and admin identities) when it says, else a
+// writer that declared a node lost and never registered as a node.
+func (c *Checker) isEngine(writer string) bool {
+	if c.trust.Engines != nil {
+		return c.trust.Engines[writer]
+	}
+	return c.engines[writer] && !c.nodes[writer]
+}
+
+// register trusts key for the events that name writer, as far as a key
+// its writer declared is trusted.
+func (c *Checker) register(writer, key string) {
 	if c.registered == nil {
 		c.registered = map[string]map[string]bool{}
 	}
-	if c.registered[ev.Node] == nil {
-		c.registered[ev.Node] = map[string]bool{}
+	if c.registered[writer] == nil {
+		c.registered[writer] = map[string]bool{}
 	}
-	c.registered[ev.Node][m.Signer] = true
+	c.registered[writer][key] = true
 }
 
 // checkSignature checks a session event's signature against the trust.

@@ -23,6 +23,9 @@ type CreateStart struct {
 	// recorded.
 	SecretEnvKeys []string          `json:"secret_env_keys,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty"`
+	// NodeLabels are the placement constraints the create asked (a resume
+	// placed by the scheduler honours them too).
+	NodeLabels    map[string]string `json:"node_labels,omitempty"`
 	CPUs          float64           `json:"cpus,omitempty"`
 	MemoryBytes   int64             `json:"memory_bytes,omitempty"`
 	WorkspaceRoot string            `json:"workspace_root"`
@@ -38,6 +41,11 @@ type CreateStart struct {
 	// Epoch is the placement's epoch: 1 at create, one more at each
 	// re-creation (resume of a shut-down or lost session).
 	Epoch uint64 `json:"epoch"`
+	// ExposedPorts (1.3) are the sandbox's ports that op port may resolve.
+	ExposedPorts []int `json:"exposed_ports,omitempty"`
+	// IdleTimeoutS (1.3) is the session's idle timeout as the node set it
+	// (the create's, or the operator's default; 0: none).
+	IdleTimeoutS int64 `json:"idle_timeout_s,omitempty"`
 }
 
 // ManifestRecord is a manifest entry as the create event records it:
@@ -72,6 +80,18 @@ type ExecStart struct {
 	User      string   `json:"user,omitempty"`
 	// Stream says the output was readable with exec_read as it came.
 	Stream bool `json:"stream,omitempty"`
+}
+
+// PortStart (1.3) is the start data of port: the sandbox's port asked for.
+type PortStart struct {
+	Port int `json:"port"`
+}
+
+// PortFinish (1.3) is the finish data of port: the address on the node
+// that reaches it (the SDK's server.address and server.port).
+type PortFinish struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
 }
 
 // ExecReadStart is the start data of exec_read: which streaming exec, and
@@ -169,6 +189,8 @@ type RunningFinish struct {
 type SnapshotFinish struct {
 	Status   string             `json:"status,omitempty"`
 	Snapshot *commands.Snapshot `json:"snapshot,omitempty"`
+	// Reason (1.3) is why the node stopped the session by itself: idle.
+	Reason string `json:"reason,omitempty"`
 }
 
 // HydrateStart is a hydrate's start data: a snapshot of the session or an
@@ -190,6 +212,8 @@ type HydrateFinish struct {
 type ResumeStart struct {
 	SecretEnvKeys []string `json:"secret_env_keys,omitempty"`
 	Placed        bool     `json:"placed,omitempty"`
+	// Empty: the resume was asked to start with an empty workspace.
+	Empty bool `json:"empty,omitempty"`
 }
 
 // ResumeFinish is a resume's finish data: where the session runs now,
@@ -214,9 +238,12 @@ type NodeInfo struct {
 	// keeps each tenant's total across nodes with it).
 	Tenants map[string]int    `json:"tenants,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
-	// Status is up or draining.
-	Status string    `json:"status"`
-	TS     time.Time `json:"ts"`
+	// Status is up or draining (stopped in the last heartbeat of a node
+	// that stops).
+	Status string `json:"status"`
+	// Cordoned: the node takes no new sessions (engine node cordon).
+	Cordoned bool      `json:"cordoned,omitempty"`
+	TS       time.Time `json:"ts"`
 	// SigningKey is the public key (an nkey) the node signs its events
 	// with; audit verify trusts it for this node only as far as the key
 	// was issued to the node (docs/security.md).
@@ -279,6 +306,39 @@ type ProcExitFinish struct {
 	ExitCode    *int   `json:"exit_code,omitempty"`
 	Reason      string `json:"reason"`
 	OutputBytes int64  `json:"output_bytes"`
+}
+
+// NodeLostStart is the start data of node_lost, which the engine records
+// on each session of a node it declared lost: the node, the session's
+// epoch there, and when the node was last heard from.
+type NodeLostStart struct {
+	Node     string    `json:"node"`
+	Epoch    uint64    `json:"epoch"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// NodeLostFinish is the finish data of node_lost: the snapshot a resume
+// would restore (none: only a resume with empty can bring the session
+// back), and operations and processes the node left open, which the
+// engine recorded as failed (their finishes, and proc_exit lost, come
+// just before).
+type NodeLostFinish struct {
+	SnapshotID string  `json:"snapshot_id,omitempty"`
+	ClosedOps  int     `json:"closed_ops,omitempty"`
+	Processes  []int64 `json:"processes,omitempty"`
+}
+
+// NodeLost is the data of a node's lost event, which an engine records
+// (and signs) when the node missed its heartbeats past the engine's TTL:
+// who declared it, with which key (audit verify trusts that key for the
+// events this engine writes), when the node was last heard from, and how
+// many sessions it held.
+type NodeLost struct {
+	By         string    `json:"by"`
+	SigningKey string    `json:"signing_key,omitempty"`
+	LastSeen   time.Time `json:"last_seen"`
+	TTLMS      int64     `json:"ttl_ms"`
+	Sessions   int       `json:"sessions"`
 }
 
 // NewData returns a pointer to a new value of the data type of op's
@@ -366,11 +426,21 @@ func NewData(op string, phase Phase) any {
 			return new(ExecReadStart)
 		}
 		return new(ExecReadFinish)
+	case commands.OpPort:
+		if start {
+			return new(PortStart)
+		}
+		return new(PortFinish)
 	case commands.OpProcExit:
 		if start {
 			return new(ProcRef)
 		}
 		return new(ProcExitFinish)
+	case commands.OpNodeLost:
+		if start {
+			return new(NodeLostStart)
+		}
+		return new(NodeLostFinish)
 	}
 	return nil
 }

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/storage"
 )
 
 // Log appends events to, and reads them from, the events stream.
@@ -68,7 +70,7 @@ func (l *Log) AppendRaw(ctx context.Context, ev *Event, data []byte, expectLast 
 		case errors.Is(err, nats.ErrMaxPayload):
 			return 0, errcode.Wrap(errcode.PayloadTooLarge, err, fmt.Sprintf("the %s %s event encodes to %d bytes, over the server's message limit", ev.Op, ev.Phase, len(data)))
 		}
-		return 0, errcode.Wrap(errcode.Unavailable, err, "append event")
+		return 0, l.appendErr(ctx, err, len(data), "append event")
 	}
 	return ack.Sequence, nil
 }
@@ -85,9 +87,37 @@ func (l *Log) AppendNode(ctx context.Context, ev *NodeEvent) error {
 	}
 	msg := &nats.Msg{Subject: l.subjects.Node(ev.Node, ev.Kind), Data: data, Header: hdr}
 	if _, err := l.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.EventID)); err != nil {
-		return errcode.Wrap(errcode.Unavailable, err, "append node event")
+		return l.appendErr(ctx, err, len(data), "append node event")
 	}
 	return nil
+}
+
+// msgOverhead bounds what a stored event takes beside its data: subject,
+// headers (event id, signature) and the store's record.
+const msgOverhead = 1024
+
+// appendErr is the error of a failed append of size bytes:
+// storage_quota_exceeded when the store or the stream is full (the stream
+// only when its state shows the event does not fit: a server's write error
+// has the same code), else unavailable.
+func (l *Log) appendErr(ctx context.Context, err error, size int, what string) error {
+	switch {
+	case storage.StoreFull(err):
+		return errcode.Wrap(errcode.StorageQuotaExceeded, err, "the JetStream store is full, so no event can be recorded: free space (engine snapshot rm) or give the server more (max_file_store)")
+	case storage.StreamRefused(err):
+		// A bound of its own: ctx may be what ran out.
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		s, ierr := l.js.Stream(ictx, l.stream)
+		if ierr != nil {
+			break
+		}
+		info := s.CachedInfo()
+		if max := info.Config.MaxBytes; max > 0 && info.Config.Discard == jetstream.DiscardNew && info.State.Bytes+uint64(size)+msgOverhead >= uint64(max) {
+			return errcode.Wrap(errcode.StorageQuotaExceeded, err, fmt.Sprintf("the events stream %s holds %d of its reserved %d bytes, so no event can be recorded: raise --events-max-bytes, or let it drop its oldest events (--events-drop-oldest)", l.stream, info.State.Bytes, max))
+		}
+	}
+	return errcode.Wrap(errcode.Unavailable, err, what)
 }
 
 // IsWrongLastSequence reports whether err is JetStream's refusal of a
@@ -237,6 +267,16 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 	return deliver(ctx, cons, opts.Follow, false, fn)
 }
 
+// ReadStallTimeout is the longest a read of what the stream holds (not a
+// follow) waits for its next event before it gives up with
+// ErrReadStalled.
+const ReadStallTimeout = 10 * time.Second
+
+// ErrReadStalled is a read that got no event for ReadStallTimeout while
+// events were pending: the consumer could not be (re)created, as on a
+// cluster that is settling. Reading again may succeed.
+var ErrReadStalled = errors.New("events: no event arrived while some were pending")
+
 // deliver hands cons's messages to fn until ctx ends, fn fails, or (unless
 // follow) nothing more is pending; with ack it acknowledges each message
 // fn accepted.
@@ -248,13 +288,29 @@ func deliver(ctx context.Context, cons jetstream.Consumer, follow, ack bool, fn 
 	defer it.Stop()
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
+	// A read of what is there must end: a consumer that delivers nothing
+	// while events are pending (an ordered consumer resetting for ever on
+	// a cluster that is settling) is a stalled read, which the caller may
+	// try again.
+	var stalled atomic.Bool
+	var watchdog *time.Timer
+	if !follow {
+		watchdog = time.AfterFunc(ReadStallTimeout, func() { stalled.Store(true); it.Stop() })
+		defer watchdog.Stop()
+	}
 	for {
 		m, err := it.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if stalled.Load() {
+				return errcode.Wrap(errcode.Unavailable, ErrReadStalled, "read events")
+			}
 			return errcode.Wrap(errcode.Unavailable, err, "read events")
+		}
+		if watchdog != nil {
+			watchdog.Reset(ReadStallTimeout)
 		}
 		meta, err := m.Metadata()
 		if err != nil {

@@ -68,6 +68,7 @@ var sdkOps = map[commands.Op]string{
 	commands.OpRunning:  "running",
 	commands.OpPersist:  "persist_workspace",
 	commands.OpHydrate:  "hydrate_workspace",
+	commands.OpPort:     "resolve_exposed_port",
 }
 
 // ToSDK converts a session event to the OpenAI Agents SDK's audit event
@@ -86,7 +87,8 @@ var sdkOps = map[commands.Op]string{
 //     time or tell sessions apart by "paddock.tenant".
 //   - op: create, start and resume are start; stop is stop; shutdown and
 //     delete are shutdown; exec, read, write and running keep their
-//     names; persist is persist_workspace, hydrate is hydrate_workspace.
+//     names; persist is persist_workspace, hydrate is hydrate_workspace, port
+//     is resolve_exposed_port.
 //   - data is ours plus "paddock.tenant", "paddock.session_id" and
 //     "paddock.op" (always), and "paddock.command_id", "paddock.node",
 //     "paddock.actor", "paddock.prev_hash", "paddock.stdout_truncated",

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddock-dev/paddock/storage"
 )
 
 // DefaultStream is the name of the events stream.
@@ -20,10 +22,17 @@ type StreamConfig struct {
 	Prefix string
 	// Replicas (default 1); use 3 on a cluster.
 	Replicas int
-	// MaxAge and MaxBytes bound retention (0: unlimited). Past them the
-	// oldest events go first, and replay can no longer see a session whole.
-	MaxAge   time.Duration
+	// MaxAge bounds retention (0: unlimited). Past it the oldest events
+	// go first, and replay can no longer see a session whole.
+	MaxAge time.Duration
+	// MaxBytes is the space the stream reserves and may fill (JetStream
+	// reserves a stream's MaxBytes on every server that holds a replica).
+	// 0 keeps the limit an existing stream has; a new one is unbounded.
 	MaxBytes int64
+	// DropOldest makes the stream drop its oldest events once it holds
+	// MaxBytes (retention). Otherwise an append that does not fit is
+	// refused (storage_quota_exceeded) and nothing recorded is lost.
+	DropOldest bool
 	// Duplicates is the window in which an event id is deduplicated
 	// (default 2 minutes).
 	Duplicates time.Duration
@@ -62,9 +71,13 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	}
 	cfg = cfg.withDefaults()
 	subj := Subjects{Prefix: cfg.Prefix}
-	maxBytes := cfg.MaxBytes
-	if maxBytes == 0 {
-		maxBytes = -1
+	maxBytes, err := storage.KeepMaxBytes(ctx, js, cfg.Name, cfg.MaxBytes)
+	if err != nil {
+		return nil, err
+	}
+	discard := jetstream.DiscardNew
+	if cfg.DropOldest {
+		discard = jetstream.DiscardOld
 	}
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Name,
@@ -75,13 +88,14 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.MaxAge,
 		MaxBytes:    maxBytes,
+		Discard:     discard,
 		Duplicates:  cfg.Duplicates,
 		DenyDelete:  true,
 		DenyPurge:   true,
 		AllowDirect: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Name, storage.ReservationError(err, cfg.Name, maxBytes))
 	}
 	return s, nil
 }

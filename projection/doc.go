@@ -16,6 +16,11 @@
 //	                          ▼
 //	                       deleted
 //
+// node_lost ok (recorded by the engine when the session's node missed its
+// heartbeats past the TTL) takes running or stopped to lost; resume ok
+// brings lost back to running (on another node, at a new epoch), and
+// shutdown and delete work from lost as from stopped.
+//
 // A resume may move the session to another node at a new epoch (its
 // finish data says where). Nodes: registered → up → draining → stopped,
 // lost from up or draining, and registered again from anything.

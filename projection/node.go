@@ -28,6 +28,10 @@ const (
 	KindDraining   = "draining"
 	KindStopped    = "stopped"
 	KindLost       = "lost"
+	// KindCordoned and KindUncordoned: an operator took the node out of
+	// placement, or put it back (engine node cordon, uncordon, drain).
+	KindCordoned   = "cordoned"
+	KindUncordoned = "uncordoned"
 )
 
 // ErrNotRegisteredFirst: a node's first event is not its registration.
@@ -42,13 +46,14 @@ type Node struct {
 	Runtimes     []string          `json:"runtimes,omitempty"`
 	Capacity     int               `json:"capacity,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
+	Cordoned     bool              `json:"cordoned,omitempty"`
 	RegisteredAt time.Time         `json:"registered_at"`
 	UpdatedAt    time.Time         `json:"updated_at"`
 }
 
 // ApplyNode returns n with ev applied. A zero n is a node with no events.
 // A node may register again from any status (it restarted); draining
-// follows up, lost follows up or draining, stopped follows anything. On an
+// follows up, lost follows up, draining or lost, stopped follows anything. On an
 // impossible event it returns n unchanged and an *Error (Session empty,
 // Tenant empty, the node's id in Detail).
 func ApplyNode(n Node, ev events.NodeEvent) (Node, error) {
@@ -75,12 +80,16 @@ func ApplyNode(n Node, ev events.NodeEvent) (Node, error) {
 		}
 		next.Status = NodeDraining
 	case KindLost:
-		if n.Status != NodeUp && n.Status != NodeDraining {
+		// Lost again: a node that came back without registering (it was cut
+		// off, not restarted) and went silent again.
+		if n.Status != NodeUp && n.Status != NodeDraining && n.Status != NodeLost {
 			return fail(ErrBadTransition, "lost from %s", n.Status)
 		}
 		next.Status = NodeLost
 	case KindStopped:
 		next.Status = NodeStopped
+	case KindCordoned, KindUncordoned:
+		next.Cordoned = ev.Kind == KindCordoned
 	default:
 		return fail(ErrBadTransition, "unknown node event kind %q", ev.Kind)
 	}

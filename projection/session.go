@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/paddock-dev/paddock/commands"
@@ -21,21 +22,27 @@ const (
 	StatusShutDown Status = "shut_down"
 	StatusDeleted  Status = "deleted"
 	StatusFailed   Status = "failed"
+	// StatusLost: the session's node missed its heartbeats past the
+	// engine's TTL (the engine recorded node_lost). A resume brings it
+	// back on a node that is up; a delete forgets it.
+	StatusLost Status = "lost"
 )
 
 // Session is the projected state of one session.
 type Session struct {
-	Tenant    string            `json:"tenant"`
-	ID        string            `json:"session_id"`
-	Status    Status            `json:"status"`
-	Node      string            `json:"node"`
-	Runtime   string            `json:"runtime,omitempty"`
-	Image     string            `json:"image,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Epoch     uint64            `json:"epoch"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
-	LastSeq   uint64            `json:"last_seq"`
+	Tenant  string            `json:"tenant"`
+	ID      string            `json:"session_id"`
+	Status  Status            `json:"status"`
+	Node    string            `json:"node"`
+	Runtime string            `json:"runtime,omitempty"`
+	Image   string            `json:"image,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	// NodeLabels are the create's placement constraints.
+	NodeLabels map[string]string `json:"node_labels,omitempty"`
+	Epoch      uint64            `json:"epoch"`
+	CreatedAt  time.Time         `json:"created_at"`
+	UpdatedAt  time.Time         `json:"updated_at"`
+	LastSeq    uint64            `json:"last_seq"`
 	// ContainerID is the runtime's id of the sandbox, from a finish event's
 	// data (container_id); empty until a runtime reports one.
 	ContainerID string `json:"container_id,omitempty"`
@@ -150,7 +157,7 @@ func Apply(s Session, ev events.Event) (Session, error) {
 		if ev.Op == "create" {
 			d, _ := events.DecodeData[events.CreateStart](ev) // best effort: details only
 			next.Tenant, next.ID, next.Node = ev.Tenant, ev.SessionID, ev.Node
-			next.Runtime, next.Image, next.Labels, next.Epoch = d.Runtime, d.Image, d.Labels, d.Epoch
+			next.Runtime, next.Image, next.Labels, next.NodeLabels, next.Epoch = d.Runtime, d.Image, d.Labels, d.NodeLabels, d.Epoch
 			next.Status, next.CreatedAt = StatusCreating, ev.TS
 		}
 	case events.PhaseFinish:
@@ -214,11 +221,13 @@ func transition(from Status, op string, ok bool) (Status, bool) {
 	case "stop":
 		return allow(from, StatusStopped, StatusRunning, StatusStopped)
 	case "shutdown":
-		return allow(from, StatusShutDown, StatusRunning, StatusStopped, StatusShutDown, StatusFailed)
+		return allow(from, StatusShutDown, StatusRunning, StatusStopped, StatusShutDown, StatusFailed, StatusLost)
 	case "delete":
-		return allow(from, StatusDeleted, StatusRunning, StatusStopped, StatusShutDown, StatusFailed)
+		return allow(from, StatusDeleted, StatusRunning, StatusStopped, StatusShutDown, StatusFailed, StatusLost)
 	case "resume":
-		return allow(from, StatusRunning, StatusRunning, StatusStopped, StatusShutDown)
+		return allow(from, StatusRunning, StatusRunning, StatusStopped, StatusShutDown, StatusLost)
+	case "node_lost":
+		return allow(from, StatusLost, StatusRunning, StatusStopped)
 	}
 	return from, false
 }
@@ -248,4 +257,32 @@ func Fold(evs []events.Event) (Session, error) {
 		s = next
 	}
 	return s, first
+}
+
+// LiveProcesses returns the ids of the processes a session's history
+// started (an ok proc_start, or one whose finish is missing) and never
+// ended (no proc_exit), in ascending order: the processes nobody holds
+// once the node that ran them is gone.
+func LiveProcesses(evs []events.Event) []int64 {
+	started := map[int64]bool{}
+	startSeq := map[string]int64{} // span → its start's seq
+	for _, ev := range evs {
+		switch {
+		case ev.Op == string(commands.OpProcStart) && ev.Phase == events.PhaseStart:
+			startSeq[ev.SpanID] = int64(ev.Seq)
+			started[int64(ev.Seq)] = true
+		case ev.Op == string(commands.OpProcStart) && ev.Phase == events.PhaseFinish && (ev.OK == nil || !*ev.OK):
+			delete(started, startSeq[ev.SpanID])
+		case ev.Op == string(commands.OpProcExit) && ev.Phase == events.PhaseStart:
+			if d, err := events.DecodeData[events.ProcRef](ev); err == nil {
+				delete(started, d.ProcessID)
+			}
+		}
+	}
+	out := make([]int64, 0, len(started))
+	for id := range started {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
 }

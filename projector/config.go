@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/storage"
 )
 
 // The buckets and keys the projector writes.
@@ -38,6 +39,11 @@ type Config struct {
 	Prefix string
 	// Replicas of the buckets (default 1).
 	Replicas int
+	// MaxBytes bounds buckets by name (SessionsBucket, NodesBucket,
+	// StateBucket). A bucket it does not bound keeps the limit it has; a
+	// new one is unbounded. A bucket at its limit refuses writes: the
+	// projector stalls and retries, the events are untouched.
+	MaxBytes map[string]int64
 	// Batch is the most events applied in one round (default 1024). The
 	// events of one key in a round cost one write.
 	Batch int
@@ -63,6 +69,11 @@ func (c Config) Validate() error {
 	}
 	if c.Batch < 0 || c.Workers < 0 || c.CheckpointInterval < 0 {
 		return fmt.Errorf("projector: negative batch, workers or interval")
+	}
+	for b, n := range c.MaxBytes {
+		if n < 0 {
+			return fmt.Errorf("projector: bucket %s: negative max bytes", b)
+		}
 	}
 	return nil
 }
@@ -92,6 +103,8 @@ func (c Config) withDefaults() Config {
 // Buckets are the projection's KV buckets.
 type Buckets struct {
 	Sessions, Nodes, State jetstream.KeyValue
+	// js reads keys from the buckets' stream leaders (ReadLeader).
+	js jetstream.JetStream
 }
 
 // EnsureBuckets creates the projection's buckets, or updates them to cfg,
@@ -101,7 +114,7 @@ func EnsureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config) (Buc
 		return Buckets{}, err
 	}
 	cfg = cfg.withDefaults()
-	var b Buckets
+	b := Buckets{js: js}
 	for _, x := range []struct {
 		kv   *jetstream.KeyValue
 		name string
@@ -111,12 +124,34 @@ func EnsureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config) (Buc
 		{&b.Nodes, NodesBucket, "Paddock nodes, projected from SBX_EVENTS"},
 		{&b.State, StateBucket, "Paddock projector checkpoints and stray events"},
 	} {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: x.name, Description: x.desc, History: 1,
-			Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
-		})
+		maxBytes, err := storage.KeepMaxBytes(ctx, js, "KV_"+x.name, cfg.MaxBytes[x.name])
 		if err != nil {
 			return Buckets{}, fmt.Errorf("ensure bucket %s: %w", x.name, err)
+		}
+		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: x.name, Description: x.desc, History: 1,
+			Storage: jetstream.FileStorage, Replicas: cfg.Replicas, MaxBytes: maxBytes,
+		})
+		if err != nil {
+			return Buckets{}, fmt.Errorf("ensure bucket %s: %w", x.name, storage.ReservationError(err, "KV_"+x.name, maxBytes))
+		}
+		*x.kv = kv
+	}
+	return b, nil
+}
+
+// OpenBuckets opens the projection's buckets as they are, for readers
+// that must not change them. It fails with jetstream.ErrBucketNotFound
+// when a bucket does not exist (no projector has run).
+func OpenBuckets(ctx context.Context, js jetstream.JetStream) (Buckets, error) {
+	b := Buckets{js: js}
+	for _, x := range []struct {
+		kv   *jetstream.KeyValue
+		name string
+	}{{&b.Sessions, SessionsBucket}, {&b.Nodes, NodesBucket}, {&b.State, StateBucket}} {
+		kv, err := js.KeyValue(ctx, x.name)
+		if err != nil {
+			return Buckets{}, fmt.Errorf("bucket %s: %w", x.name, err)
 		}
 		*x.kv = kv
 	}

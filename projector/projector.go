@@ -49,7 +49,15 @@ type Projector struct {
 	nodes    *table[projection.NodeRecord]
 	stray    *table[projection.Ledger]
 
-	in chan jetstream.Msg // reader → run loop
+	in chan delivery // reader → run loop
+
+	// gen counts the iterators subscribe installed; a delivery of an older
+	// one is dropped (the consumer was reset and delivers it again).
+	gen atomic.Uint64
+	// resetAt is the stream sequence the consumer was last reset to
+	// because of a gap (run loop only): a gap at the same place again
+	// means the events in it are gone from the stream.
+	resetAt uint64
 
 	// quit stops taking new events; work bounds the writes of the events
 	// taken (Close cancels it only when its own bound runs out).
@@ -82,7 +90,7 @@ func New(js jetstream.JetStream, cfg Config, logger *slog.Logger) (*Projector, e
 	return &Projector{
 		js: js, cfg: cfg, logger: logger.With("component", "projector", "name", cfg.Name),
 		subj: events.Subjects{Prefix: cfg.Prefix},
-		in:   make(chan jetstream.Msg, cfg.Batch),
+		in:   make(chan delivery, cfg.Batch),
 	}, nil
 }
 
@@ -207,7 +215,14 @@ func (p *Projector) subscribe(ctx context.Context) error {
 		p.it.Stop()
 	}
 	p.it = it
+	p.gen.Add(1)
 	return nil
+}
+
+// delivery is a message with the generation of the iterator it came from.
+type delivery struct {
+	m   jetstream.Msg
+	gen uint64
 }
 
 // read moves messages from the iterator to the run loop until quit,
@@ -216,7 +231,7 @@ func (p *Projector) read() {
 	defer p.wg.Done()
 	for failures := 0; ; {
 		p.mu.Lock()
-		it := p.it
+		it, gen := p.it, p.gen.Load()
 		p.mu.Unlock()
 		m, err := it.Next()
 		if p.quit.Err() != nil {
@@ -225,11 +240,17 @@ func (p *Projector) read() {
 		if err == nil {
 			failures = 0
 			select {
-			case p.in <- m:
+			case p.in <- delivery{m, gen}:
 			case <-p.quit.Done():
 				return
 			}
 			continue
+		}
+		p.mu.Lock()
+		replaced := p.it != it
+		p.mu.Unlock()
+		if replaced {
+			continue // the run loop reset the consumer: read the new iterator
 		}
 		failures++
 		if !errors.Is(err, jetstream.ErrMsgIteratorClosed) && !errors.Is(err, jetstream.ErrConsumerDeleted) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -273,25 +294,35 @@ func (p *Projector) pause(n int) bool {
 // checkpoint when it has caught up or CheckpointInterval has passed.
 func (p *Projector) run() {
 	batch := make([]jetstream.Msg, 0, p.cfg.Batch)
+	current := func(d delivery) bool { return d.gen == p.gen.Load() }
 	for {
 		select {
-		case m := <-p.in:
-			batch = append(batch[:0], m)
+		case d := <-p.in:
+			if !current(d) {
+				continue
+			}
+			batch = append(batch[:0], d.m)
 		case <-p.quit.Done():
 			return
 		}
 	fill:
 		for len(batch) < p.cfg.Batch {
 			select {
-			case m := <-p.in:
-				batch = append(batch, m)
+			case d := <-p.in:
+				if current(d) {
+					batch = append(batch, d.m)
+				}
 			default:
 				break fill
 			}
 		}
-		caughtUp, err := p.apply(batch)
+		caughtUp, gap, err := p.apply(batch)
 		if err != nil {
 			return // aborted by Close: nothing of this round was acknowledged
+		}
+		if gap {
+			p.resetAfterGap()
+			continue
 		}
 		if caughtUp || time.Since(p.lastSaved) >= p.cfg.CheckpointInterval {
 			p.saveCheckpoint(p.work)
@@ -305,11 +336,58 @@ type group struct {
 	msgs []events.Msg
 }
 
+// resetAfterGap points a new consumer at the event after the position
+// (the run loop saw a delivery past a gap: events before it were
+// delivered to a request a server took down with it, and would come again
+// only after the ack wait, behind later ones). It retries until it
+// succeeds or the projector closes.
+func (p *Projector) resetAfterGap() {
+	p.resetAt = p.position.Load() + 1
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(p.quit, 10*time.Second)
+		// A reset keeps the deliveries awaiting their acks (the missing
+		// events among them) until the ack wait: the consumer is made
+		// anew, with nothing pending, instead.
+		err := p.js.DeleteConsumer(ctx, p.cfg.Stream, p.cfg.Name)
+		if err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			err = p.subscribe(ctx)
+		}
+		cancel()
+		if err == nil || p.quit.Err() != nil {
+			return
+		}
+		p.logger.Warn("resetting the consumer after a gap, will retry", "attempt", attempt, "err", err)
+		if !p.pause(attempt) {
+			return
+		}
+	}
+}
+
+// acceptGap reports whether the projector may go on past a gap in the
+// stream sequences it was delivered (from the event after last to seq):
+// yes when those events are gone from the stream (its first sequence is
+// past them, or a reset to the gap delivered it again), no when they may
+// still come.
+func (p *Projector) acceptGap(last, seq uint64) bool {
+	if p.resetAt == last+1 {
+		p.logger.Warn("events missing from the stream are skipped", "from", last+1, "to", seq-1)
+		return true
+	}
+	ctx, cancel := context.WithTimeout(p.quit, 5*time.Second)
+	defer cancel()
+	s, err := p.js.Stream(ctx, p.cfg.Stream)
+	return err == nil && seq <= s.CachedInfo().State.FirstSeq
+}
+
 // apply takes one round of events into the buckets: it groups them by
 // record, writes each record once (up to Workers at a time, each retried
 // until it succeeds or Close aborts), and only then acknowledges them. It
-// reports whether the stream had nothing more pending.
-func (p *Projector) apply(batch []jetstream.Msg) (caughtUp bool, err error) {
+// reports whether the stream had nothing more pending, and whether it
+// stopped at a gap in the stream sequences delivered: the events up to
+// the gap are taken in, the rest are left unacknowledged for the run loop
+// to reset the consumer to the first missing one, so that events are
+// always taken in in stream order.
+func (p *Projector) apply(batch []jetstream.Msg) (caughtUp, gap bool, err error) {
 	pos := p.position.Load()
 	last := pos
 	groups := map[string]*group{}
@@ -327,6 +405,10 @@ func (p *Projector) apply(batch []jetstream.Msg) (caughtUp bool, err error) {
 			p.skips.Add(1)
 			_ = m.Ack()
 			continue
+		}
+		if seq > last+1 && !p.acceptGap(last, seq) {
+			gap, caughtUp = true, false
+			break
 		}
 		last = seq
 		fresh = append(fresh, m)
@@ -363,13 +445,13 @@ func (p *Projector) apply(batch []jetstream.Msg) (caughtUp bool, err error) {
 		err = errors.Join(errs...)
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for _, m := range fresh {
 		_ = m.Ack()
 	}
 	p.position.Store(last)
-	return caughtUp, nil
+	return caughtUp, gap, nil
 }
 
 // write decodes a group's events (the workers decode in parallel) and

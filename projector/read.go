@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/paddock-dev/paddock/events"
@@ -14,17 +15,24 @@ import (
 
 // ReadAll returns every record in kv whose key matches filter (">": all),
 // decoded as R, by key. It fails if the bucket cannot be read or a value
-// does not decode.
+// does not decode, and with events.ErrReadStalled when the watch delivers
+// nothing for events.ReadStallTimeout (a watch made while the bucket's
+// stream settles on a cluster can wait for ever).
 func ReadAll[R any](ctx context.Context, kv jetstream.KeyValue, filter string) (map[string]R, error) {
 	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
+	idle := time.NewTimer(events.ReadStallTimeout)
+	defer idle.Stop()
 	out := map[string]R{}
 	for {
 		select {
+		case <-idle.C:
+			return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), events.ErrReadStalled)
 		case e, ok := <-w.Updates():
+			idle.Reset(events.ReadStallTimeout)
 			if !ok {
 				return nil, fmt.Errorf("read bucket %s: watcher closed", kv.Bucket())
 			}
@@ -40,6 +48,67 @@ func ReadAll[R any](ctx context.Context, kv jetstream.KeyValue, filter string) (
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// ReadLeader returns key's value in kv as the leader of the bucket's
+// stream has it: found false when the key has no value or was deleted. A
+// KV watch (ReadAll) or get may be answered by a replica that is still
+// catching up after a restart (nats-server puts an ordered consumer on
+// any active peer of the stream, and a direct get may be served by a
+// follower), and then shows an older record; the JetStream API's message
+// get is answered by the leader. b must come from OpenBuckets or
+// EnsureBuckets.
+func (b Buckets) ReadLeader(ctx context.Context, kv jetstream.KeyValue, key string) (value []byte, found bool, err error) {
+	if b.js == nil {
+		return nil, false, errors.New("projector: buckets without a JetStream context")
+	}
+	bucket := kv.Bucket()
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + key})
+	prefix := b.js.Options().APIPrefix // set only by jetstream.NewWithAPIPrefix
+	if prefix == "" {
+		prefix = jetstream.DefaultAPIPrefix
+	} else if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	// No leader (one is being elected) means no answer: each read is
+	// bounded, as the JetStream client bounds its API calls.
+	timeout := b.js.Options().DefaultTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := b.js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET.KV_"+bucket, req)
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s from the leader of bucket %s: %w", key, bucket, err)
+	}
+	var rep struct {
+		Message *struct {
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return nil, false, fmt.Errorf("read %s from the leader of bucket %s: %w", key, bucket, err)
+	}
+	switch {
+	case rep.Error != nil && rep.Error.ErrCode == 10037: // no message found
+		return nil, false, nil
+	case rep.Error != nil:
+		return nil, false, fmt.Errorf("read %s from the leader of bucket %s: %s (%d)", key, bucket, rep.Error.Description, rep.Error.ErrCode)
+	case rep.Message == nil:
+		return nil, false, fmt.Errorf("read %s from the leader of bucket %s: an answer without a message", key, bucket)
+	}
+	// A delete or purge marker is a header, KV-Operation: DEL or PURGE.
+	if h := string(rep.Message.Header); strings.Contains(h, "KV-Operation: DEL") || strings.Contains(h, "KV-Operation: PURGE") {
+		return nil, false, nil
+	}
+	return rep.Message.Data, true, nil
 }
 
 // Status is one projector's progress against the events stream.

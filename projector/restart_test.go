@@ -253,3 +253,53 @@ func TestBadEventsAreRecorded(t *testing.T) {
 		t.Fatalf("verify compared %d records, want 6: five sessions and the stray record", rep.Compared)
 	}
 }
+
+// TestDeliveryGapIsReset: events of the projector's consumer delivered
+// elsewhere and never acknowledged (as a pull request a killed server
+// took with it) leave a gap in what the projector is delivered; it resets
+// its consumer to the first missing event and takes every event in, in
+// stream order, instead of skipping the missing ones as already seen.
+func TestDeliveryGapIsReset(t *testing.T) {
+	js, log := streamSetup(t)
+	p := start(t, js, projector.Config{Name: "gaps", Batch: 4})
+	w := newWriter(t, log, "t", "s1").op("create", true)
+	caughtUp(t, p)
+	ctx := testenv.Context(t, time.Minute)
+	thief, err := js.Consumer(ctx, events.DefaultStream, "gaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen := 0
+	for round := 0; stolen == 0 && round < 50; round++ {
+		// A pull request waiting beside the projector's takes some of
+		// what comes next.
+		got := make(chan int, 1)
+		go func() {
+			n := 0
+			if batch, err := thief.Fetch(3, jetstream.FetchMaxWait(time.Second)); err == nil {
+				for range batch.Messages() {
+					n++ // never acknowledged
+				}
+			}
+			got <- n
+		}()
+		for range 20 {
+			w.op("exec", true)
+		}
+		stolen += <-got
+	}
+	if stolen == 0 {
+		t.Fatal("no delivery was taken from the projector's consumer: the test proves nothing")
+	}
+	w.op("exec", true)
+	testenv.Eventually(t, 20*time.Second, func() error {
+		r := records(t, js)["t.s1"]
+		if r.LastSeq != w.seq || r.Applied != r.LastSeq || r.ProblemCount != 0 {
+			return fmt.Errorf("record at seq %d of %d, %d applied, %d problems", r.LastSeq, w.seq, r.Applied, r.ProblemCount)
+		}
+		return nil
+	})
+	t.Logf("%d deliveries taken from the projector's consumer", stolen)
+	checkClean(t, js, 1)
+	verify(t, js, log)
+}

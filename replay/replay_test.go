@@ -52,7 +52,7 @@ func TestRetention(t *testing.T) {
 	b := testenv.StartBroker(t)
 	js := testenv.JetStream(t, testenv.Connect(t, b.ClientURL()))
 	ctx := testenv.Context(t, 20*time.Second)
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{MaxBytes: 8 << 10}); err != nil {
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{MaxBytes: 8 << 10, DropOldest: true}); err != nil {
 		t.Fatal(err)
 	}
 	log := events.NewLog(js, "", "")

@@ -46,6 +46,11 @@ type Report struct {
 	// Newer names the KV records that took in events after the rebuild's
 	// end (the system is live): they are not compared.
 	Newer []string `json:"newer,omitempty"`
+	// Reread counts the records read a second time, from their bucket's
+	// stream leader, because the first read showed them behind the
+	// rebuild (missing, or at an earlier stream sequence): on a cluster
+	// that read may come from a replica still catching up.
+	Reread int `json:"reread,omitempty"`
 }
 
 // Verify compares a rebuild with the projection in the buckets. The
@@ -73,15 +78,48 @@ func Verify(ctx context.Context, b projector.Buckets, res Result) (Report, error
 
 	sessionName := func(r projection.SessionRecord) string { return "session " + r.Tenant + "/" + r.ID }
 	sessionSeq := func(r projection.SessionRecord) uint64 { return r.StreamSeq }
+	if err := reread(ctx, b, b.Sessions, sessions, res.Set.Sessions, sessionSeq, &rep); err != nil {
+		return rep, err
+	}
 	compareAll(&rep, res.UpTo, sessions, res.Set.Sessions, sessionName, sessionSeq, res.Truncated)
 	nodeName := func(r projection.NodeRecord) string { return "node " + r.ID }
 	nodeSeq := func(r projection.NodeRecord) uint64 { return r.StreamSeq }
+	if err := reread(ctx, b, b.Nodes, nodes, res.Set.Nodes, nodeSeq, &rep); err != nil {
+		return rep, err
+	}
 	compareAll(&rep, res.UpTo, nodes, res.Set.Nodes, nodeName, nodeSeq, res.TruncatedNode)
 	if stray.StreamSeq <= res.UpTo {
 		rep.Compared++
 		rep.Differences = append(rep.Differences, compare("stray", projector.StrayKey, stray, stray.StreamSeq > 0, res.Set.Stray, res.Set.Stray.StreamSeq > 0)...)
 	}
 	return rep, nil
+}
+
+// reread reads again, from the leader of kvb's stream, each record that
+// the first read (a KV watch) showed behind its rebuild: missing, or at an
+// earlier stream sequence. A watch may be served by a replica that is
+// still catching up after a restart; a record the leader has is what the
+// projection holds. The leader's record replaces the first read's.
+func reread[R any](ctx context.Context, b projector.Buckets, kvb jetstream.KeyValue, kv, replayed map[string]R, streamSeq func(R) uint64, rep *Report) error {
+	for k, r := range replayed {
+		if cur, in := kv[k]; in && streamSeq(cur) >= streamSeq(r) {
+			continue
+		}
+		data, found, err := b.ReadLeader(ctx, kvb, k)
+		if err != nil {
+			return err
+		}
+		rep.Reread++
+		if !found {
+			continue
+		}
+		var rec R
+		if err := json.Unmarshal(data, &rec); err != nil {
+			return fmt.Errorf("bucket %s key %s: %w", kvb.Bucket(), k, err)
+		}
+		kv[k] = rec
+	}
+	return nil
 }
 
 // compareAll compares every record of one kind, in KV or in the replay,
