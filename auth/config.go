@@ -32,10 +32,19 @@ type importSvc struct {
 }
 
 type account struct {
-	JetStream string      `json:"jetstream,omitempty"`
+	// JetStream is "enabled", or jsLimits.
+	JetStream any         `json:"jetstream,omitempty"`
 	Users     []user      `json:"users"`
 	Exports   []export    `json:"exports,omitempty"`
 	Imports   []importSvc `json:"imports,omitempty"`
+}
+
+// jsLimits is an account's JetStream with a bound on what it stores.
+type jsLimits struct {
+	// MaxFile bounds the account's file storage, every replica counted
+	// (nats-server's un-tiered limits count a stream of R replicas R
+	// times).
+	MaxFile int64 `json:"max_file"`
 }
 
 // ServerConfig returns the nats-server configuration fragment (an
@@ -46,7 +55,24 @@ type account struct {
 // server includes it (`include paddock-accounts.conf`). The output is
 // deterministic for a given set of identities.
 func ServerConfig(ids []Identity) ([]byte, error) {
-	accounts := map[string]*account{PaddockAccount: {JetStream: "enabled", Users: []user{}}}
+	return ServerConfigStore(ids, 0)
+}
+
+// ServerConfigStore is ServerConfig with the PADDOCK account's JetStream
+// file storage bounded to maxFile bytes, every replica counted (0: no
+// bound). An engine reads the bound from its account and splits it among
+// Paddock's streams (events, snapshots, projection), so that a deployment
+// on an external cluster reserves space for its events as an embedded one
+// does.
+func ServerConfigStore(ids []Identity, maxFile int64) ([]byte, error) {
+	if maxFile < 0 {
+		return nil, fmt.Errorf("auth: negative JetStream store bound %d", maxFile)
+	}
+	var js any = "enabled"
+	if maxFile > 0 {
+		js = jsLimits{MaxFile: maxFile}
+	}
+	accounts := map[string]*account{PaddockAccount: {JetStream: js, Users: []user{}}}
 	sorted := append([]Identity(nil), ids...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, id := range sorted {

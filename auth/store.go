@@ -124,7 +124,10 @@ func (s *Store) Remove(name string) error {
 	})
 }
 
-// NodeKeys returns the public key the store issued to each node.
+// NodeKeys returns the public key the store issued to each identity that
+// writes session events: each node, and each engine or admin (engine serve
+// runs with either, and records the end of a lost node's sessions under
+// its name). Names are unique in a store, so no name passes for another's.
 func (s *Store) NodeKeys() (map[string]string, error) {
 	ids, err := s.Identities()
 	if err != nil {
@@ -132,7 +135,7 @@ func (s *Store) NodeKeys() (map[string]string, error) {
 	}
 	keys := map[string]string{}
 	for _, id := range ids {
-		if id.Role == RoleNode {
+		if id.Role == RoleNode || id.Role == RoleEngine || id.Role == RoleAdmin {
 			keys[id.Name] = id.PublicKey
 		}
 	}

@@ -36,6 +36,10 @@ type Config struct {
 	TLSCert, TLSKey string
 	// Cluster, when set, makes the server one of a NATS cluster.
 	Cluster *Cluster
+	// MaxStore caps the bytes JetStream stores on this server
+	// (max_file_store). 0 leaves nats-server's default: 75% of the disk
+	// space free at start, plus what the store already holds.
+	MaxStore int64
 }
 
 // Cluster is a server's place in a NATS cluster: its route listener and
@@ -59,6 +63,9 @@ func (c Config) Validate() error {
 	}
 	if c.SyncInterval < 0 {
 		return errors.New("broker: negative sync interval")
+	}
+	if c.MaxStore < 0 {
+		return errors.New("broker: negative max store")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("broker: TLS needs both a certificate and a key")
@@ -124,6 +131,9 @@ func (cfg Config) options() (*server.Options, error) {
 	opts.ServerName = cfg.ServerName
 	opts.Host, opts.Port = cfg.Host, cfg.Port
 	opts.JetStream, opts.StoreDir = true, cfg.StoreDir
+	if cfg.MaxStore > 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
+	}
 	opts.NoSigs, opts.NoLog = true, true
 	if cfg.SyncInterval > 0 {
 		opts.SyncInterval = cfg.SyncInterval
@@ -201,6 +211,15 @@ func (b *Broker) Connect(opts ...nats.Option) (*nats.Conn, error) {
 		return nil, fmt.Errorf("broker: connect in-process: %w", err)
 	}
 	return nc, nil
+}
+
+// MaxStore returns the bytes JetStream may store on this server: the
+// configured MaxStore, or the limit nats-server derived from the disk.
+func (b *Broker) MaxStore() int64 {
+	if c := b.ns.JetStreamConfig(); c != nil {
+		return c.MaxStore
+	}
+	return 0
 }
 
 // Server returns the embedded server, for tests and diagnostics.

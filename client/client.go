@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures a Client.
@@ -28,6 +30,16 @@ type Options struct {
 	Timeout time.Duration
 	// Actor is recorded in events as who sent the commands.
 	Actor string
+	// LivenessCheck is how often a session command that has waited that
+	// long asks the engine whether the session's node is still up (a
+	// lookup); when the engine has declared the node lost the command
+	// ends with unavailable at once instead of waiting out its timeout
+	// (default 2s; negative: never ask).
+	LivenessCheck time.Duration
+	// TracerProvider makes a span for every command the client sends,
+	// whose trace context travels in the request's headers (nil: no
+	// spans; a span context already in a call's ctx is still sent on).
+	TracerProvider trace.TracerProvider
 }
 
 // Client sends commands. It is safe for concurrent use.
@@ -35,6 +47,7 @@ type Client struct {
 	nc   *nats.Conn
 	opts Options
 	subj commands.Subjects
+	tr   *tracing.Tracer
 }
 
 // New returns a client on nc. It fails if the tenant is not a valid
@@ -49,7 +62,10 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 60 * time.Second
 	}
-	return &Client{nc: nc, opts: opts, subj: commands.Subjects{Prefix: opts.Prefix}}, nil
+	if opts.LivenessCheck == 0 {
+		opts.LivenessCheck = 2 * time.Second
+	}
+	return &Client{nc: nc, opts: opts, subj: commands.Subjects{Prefix: opts.Prefix}, tr: tracing.New(opts.TracerProvider)}, nil
 }
 
 // Tenant returns the client's tenant.
@@ -230,6 +246,16 @@ func (c *Client) Running(ctx context.Context, id string) (bool, error) {
 	return res.Running, err
 }
 
+// Port returns an address that reaches port, one the session's create
+// exposed, inside its running sandbox: a TCP listener on the node that
+// serves the session. Ask again after a stop and start, or a resume: the
+// address changes with the sandbox.
+func (c *Client) Port(ctx context.Context, id string, port int) (commands.PortResult, error) {
+	var res commands.PortResult
+	err := c.do(ctx, id, commands.OpPort, commands.PortArgs{Port: port}, &res, 0, nil)
+	return res, err
+}
+
 // Start starts a stopped session.
 func (c *Client) Start(ctx context.Context, id string) error {
 	return c.lifecycle(ctx, id, commands.OpStart)
@@ -245,9 +271,17 @@ func (c *Client) Shutdown(ctx context.Context, id string) error {
 	return c.lifecycle(ctx, id, commands.OpShutdown)
 }
 
-// Delete shuts a session down and forgets it.
+// Delete shuts a session down and forgets it. A session no node serves
+// (lost, or shut down on a node that is gone) is deleted by the engine.
 func (c *Client) Delete(ctx context.Context, id string) error {
-	return c.lifecycle(ctx, id, commands.OpDelete)
+	if err := commands.CheckToken("session id", id); err != nil {
+		return err
+	}
+	err := c.request(ctx, c.subj.Session(c.opts.Tenant, id, commands.OpDelete), "", nil, nil, 0, nil)
+	if !errors.Is(err, nats.ErrNoResponders) {
+		return err
+	}
+	return c.request(ctx, c.subj.Delete(c.opts.Tenant), "", commands.DeleteRequest{SessionID: id}, nil, 0, nil)
 }
 
 func (c *Client) lifecycle(ctx context.Context, id string, op commands.Op) error {
@@ -261,11 +295,15 @@ func (c *Client) Lookup(ctx context.Context, id string) (commands.LookupResult, 
 	return res, err
 }
 
-func (c *Client) request(ctx context.Context, subj, session string, args, out any, extra time.Duration, opts []CallOption) error {
+func (c *Client) request(ctx context.Context, subj, session string, args, out any, extra time.Duration, opts []CallOption) (err error) {
 	req := commands.Request{Version: commands.Version, CommandID: uuid.NewString(), Actor: c.opts.Actor}
 	for _, o := range opts {
 		o(&req)
 	}
+	ctx, span, _ := c.tr.Start(ctx, "paddock.client "+tracing.SubjectOp(subj), trace.SpanKindClient, req.TraceID, req.ParentSpanID,
+		c.tr.ClientAttrs(c.opts.Tenant, session, req.CommandID)...)
+	defer func() { tracing.End(span, string(errcode.Of(err)), err) }()
+	hdr := tracing.Inject(ctx, nil)
 	if args != nil {
 		b, err := json.Marshal(args)
 		if err != nil {
@@ -285,16 +323,34 @@ func (c *Client) request(ctx context.Context, subj, session string, args, out an
 		ctx, cancel = context.WithTimeout(ctx, c.opts.Timeout+extra)
 		defer cancel()
 	}
-	msg, err := c.send(ctx, subj, body)
-	if err != nil {
-		return c.transportError(ctx, subj, session, err)
+	if session != "" && c.opts.LivenessCheck > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		stop := c.watchNode(ctx, cancel, session)
+		defer stop()
 	}
 	var rep commands.Reply
-	// encoding/json/v2 decodes in one pass; v1 validates the whole reply
-	// before it decodes it, and again for the result (large streaming
-	// replies spent most of the client's time there).
-	if err := jsonv2.Unmarshal(msg.Data, &rep); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "decode reply")
+	for moved := 0; ; moved++ {
+		msg, err := c.send(ctx, subj, hdr, body)
+		if err != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, errNodeLost) {
+				return cause
+			}
+			return c.transportError(ctx, subj, session, err)
+		}
+		// encoding/json/v2 decodes in one pass; v1 validates the whole
+		// reply before it decodes it, and again for the result (large
+		// streaming replies spent most of the client's time there).
+		rep = commands.Reply{}
+		if err := jsonv2.Unmarshal(msg.Data, &rep); err != nil {
+			return errcode.Wrap(errcode.Internal, err, "decode reply")
+		}
+		// A node that lost the session ran nothing and has let it go: the
+		// same command, sent again, reaches the session where it is now
+		// (or finds no responder, and the engine says why).
+		if rep.Error == nil || rep.Error.Code != errcode.SessionMoved || moved == 2 {
+			break
+		}
 	}
 	if rep.Error != nil {
 		return rep.Error.Err()
@@ -316,11 +372,17 @@ const NoResponderGrace = time.Second
 
 // send sends body on subj and returns the reply, sending it again while
 // nobody answers, within NoResponderGrace and ctx.
-func (c *Client) send(ctx context.Context, subj string, body []byte) (*nats.Msg, error) {
+func (c *Client) send(ctx context.Context, subj string, hdr nats.Header, body []byte) (*nats.Msg, error) {
 	giveUp := time.Now().Add(NoResponderGrace)
 	wait := 5 * time.Millisecond
 	for {
-		msg, err := c.nc.RequestWithContext(ctx, subj, body)
+		var msg *nats.Msg
+		var err error
+		if hdr == nil {
+			msg, err = c.nc.RequestWithContext(ctx, subj, body)
+		} else {
+			msg, err = c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj, Header: hdr, Data: body})
+		}
 		if !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(wait).After(giveUp) {
 			return msg, err
 		}
@@ -332,6 +394,44 @@ func (c *Client) send(ctx context.Context, subj string, body []byte) (*nats.Msg,
 		case <-t.C:
 		}
 		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// errNodeLost marks the error a command ends with when its session's
+// node was declared lost while it waited.
+var errNodeLost = errors.New("node lost")
+
+// watchNode asks the engine every LivenessCheck, until stop, whether
+// session is lost; when it is, it cancels the command with an unavailable
+// error (retryable: once the session is resumed, send the command again).
+func (c *Client) watchNode(ctx context.Context, cancel context.CancelCauseFunc, session string) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() { // owned by the command: stop ends it and waits
+		defer close(finished)
+		t := time.NewTicker(c.opts.LivenessCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			lctx, lcancel := context.WithTimeout(ctx, c.opts.LivenessCheck)
+			res, err := c.Lookup(lctx, session)
+			lcancel()
+			if err == nil && res.Status == "lost" {
+				cancel(fmt.Errorf("%w: %w", errNodeLost, errcode.New(errcode.Unavailable,
+					"session %s: its node %s was declared lost while the command ran; the command's outcome is unknown (the session's history records it as failed). Resume the session (automatic when the engine runs with --auto-resume lost), then send the command again", session, res.Node)))
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
 	}
 }
 
@@ -347,6 +447,9 @@ func (c *Client) transportError(ctx context.Context, subj, session string, err e
 		res, lerr := c.Lookup(lctx, session)
 		if errcode.Of(lerr) == errcode.SessionNotFound {
 			return lerr
+		}
+		if lerr == nil && res.Status == "lost" {
+			return errcode.New(errcode.Unavailable, "session %s was lost with node %s; resume it (automatic when the engine runs with --auto-resume lost), then send the command again", session, res.Node)
 		}
 		if lerr == nil {
 			return errcode.New(errcode.Unavailable, "session %s (%s) is on node %s, which does not answer", session, res.Status, res.Node)

@@ -63,14 +63,24 @@ func (c *Client) HydrateFrom(ctx context.Context, id string, r io.Reader, opts .
 // node that re-creates it from its last snapshot. secretEnv gives secret
 // values again for a re-created sandbox (they are never recorded).
 func (c *Client) Resume(ctx context.Context, id string, secretEnv map[string]string, opts ...CallOption) (commands.ResumeResult, error) {
+	return c.ResumeWith(ctx, id, commands.ResumeArgs{SecretEnv: secretEnv}, opts...)
+}
+
+// ResumeWith is Resume with every resume argument: args.Empty lets a
+// session that was never persisted (a lost one, say) come back with an
+// empty workspace.
+func (c *Client) ResumeWith(ctx context.Context, id string, args commands.ResumeArgs, opts ...CallOption) (commands.ResumeResult, error) {
 	var res commands.ResumeResult
 	if err := commands.CheckToken("session id", id); err != nil {
 		return res, err
 	}
-	err := c.request(ctx, c.subj.Session(c.opts.Tenant, id, commands.OpResume), "", commands.ResumeArgs{SecretEnv: secretEnv}, &res, workspaceTimeout, opts)
+	if err := args.Validate(); err != nil {
+		return res, err
+	}
+	err := c.request(ctx, c.subj.Session(c.opts.Tenant, id, commands.OpResume), "", args, &res, workspaceTimeout, opts)
 	if !errors.Is(err, nats.ErrNoResponders) {
 		return res, err
 	}
-	err = c.request(ctx, c.subj.Resume(c.opts.Tenant), "", commands.ResumeRequest{SessionID: id, SecretEnv: secretEnv}, &res, workspaceTimeout, opts)
+	err = c.request(ctx, c.subj.Resume(c.opts.Tenant), "", commands.ResumeRequest{SessionID: id, SecretEnv: args.SecretEnv, Empty: args.Empty}, &res, workspaceTimeout, opts)
 	return res, err
 }

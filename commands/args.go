@@ -11,14 +11,16 @@ import (
 
 // Limits on create specs.
 const (
-	MaxEnvVars   = 1024
-	MaxLabels    = 256
-	MaxCPUs      = 256
-	MaxMemory    = 1 << 40 // 1 TiB
-	MaxPids      = 1 << 22
-	MaxExecArgs  = 4096
-	MaxTimeout   = 24 * time.Hour
-	DefaultImage = "paddock/sandbox-base:test"
+	MaxEnvVars = 1024
+	MaxLabels  = 256
+	// MaxNodeLabels bounds CreateArgs.NodeLabels.
+	MaxNodeLabels = 16
+	MaxCPUs       = 256
+	MaxMemory     = 1 << 40 // 1 TiB
+	MaxPids       = 1 << 22
+	MaxExecArgs   = 4096
+	MaxTimeout    = 24 * time.Hour
+	DefaultImage  = "paddock/sandbox-base:test"
 )
 
 // CreateArgs is the spec of a new session (op create).
@@ -38,6 +40,9 @@ type CreateArgs struct {
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
 	// Labels are free key/value tags recorded with the session.
 	Labels map[string]string `json:"labels,omitempty"`
+	// NodeLabels (1.2) places the session only on a node whose labels
+	// (agent-node --labels) include every one of these.
+	NodeLabels map[string]string `json:"node_labels,omitempty"`
 	// CPUs and MemoryBytes limit the sandbox (0: the node's default).
 	CPUs        float64 `json:"cpus,omitempty"`
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
@@ -60,6 +65,11 @@ type CreateArgs struct {
 	// cannot be started or resumed again. More than the operator's
 	// maximum is policy_denied.
 	LifetimeS int64 `json:"lifetime_s,omitempty"`
+	// IdleTimeoutS (1.3) stops the session (persisting its workspace
+	// first) after this many seconds with no operation and no running
+	// process (0: the operator's default). More than the operator's
+	// maximum is policy_denied.
+	IdleTimeoutS int64 `json:"idle_timeout_s,omitempty"`
 	// MaxProcesses bounds the processes (proc_start) the session holds at
 	// once, running or exited and not yet read (0: the node's default, 16;
 	// at most MaxProcesses).
@@ -67,6 +77,10 @@ type CreateArgs struct {
 	// Manifest lists files and directories to materialise in the workspace
 	// when the sandbox is created.
 	Manifest []ManifestEntry `json:"manifest,omitempty"`
+	// ExposedPorts (1.3) are ports inside the sandbox that clients may
+	// reach: op port returns an address on the node for each. Exposing a
+	// port gives the sandbox no network: its egress stays as asked.
+	ExposedPorts []int `json:"exposed_ports,omitempty"`
 }
 
 // ManifestEntry is a file or directory a create materialises. The create
@@ -87,11 +101,11 @@ type ManifestEntry struct {
 // MaxManifestEntries bounds a create's manifest.
 const MaxManifestEntries = 1000
 
-// Validate checks the spec's values and returns an invalid_request error
-// naming the first bad one.
 // MaxLifetimeS bounds CreateArgs.LifetimeS: a year.
 const MaxLifetimeS = 366 * 24 * 3600
 
+// Validate checks the spec's values and returns an invalid_request error
+// naming the first bad one.
 func (a *CreateArgs) Validate() error {
 	if a.SessionID != "" {
 		if err := CheckToken("session_id", a.SessionID); err != nil {
@@ -108,6 +122,9 @@ func (a *CreateArgs) Validate() error {
 	}
 	if a.LifetimeS < 0 || a.LifetimeS > MaxLifetimeS {
 		return errcode.New(errcode.InvalidRequest, "lifetime_s %d is outside 0..%d", a.LifetimeS, MaxLifetimeS)
+	}
+	if a.IdleTimeoutS < 0 || a.IdleTimeoutS > MaxLifetimeS {
+		return errcode.New(errcode.InvalidRequest, "idle_timeout_s %d is outside 0..%d", a.IdleTimeoutS, MaxLifetimeS)
 	}
 	if a.MaxProcesses < 0 || a.MaxProcesses > MaxProcesses {
 		return errcode.New(errcode.InvalidRequest, "max_processes %d is outside 0..%d", a.MaxProcesses, MaxProcesses)
@@ -128,6 +145,14 @@ func (a *CreateArgs) Validate() error {
 	}
 	if len(a.Labels) > MaxLabels {
 		return errcode.New(errcode.InvalidRequest, "more than %d labels", MaxLabels)
+	}
+	if len(a.NodeLabels) > MaxNodeLabels {
+		return errcode.New(errcode.InvalidRequest, "more than %d node labels", MaxNodeLabels)
+	}
+	for k, v := range a.NodeLabels {
+		if k == "" || len(k) > 128 || len(v) > 1024 || strings.ContainsAny(k, "=,\x00") || strings.ContainsAny(v, ",\x00") {
+			return errcode.New(errcode.InvalidRequest, "node label %q: a key of 1 to 128 bytes without '=', ',' or NUL, a value of at most 1024 bytes without ',' or NUL", clip(k, 64))
+		}
 	}
 	for k := range a.Labels {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -160,6 +185,9 @@ func (a *CreateArgs) Validate() error {
 		return errcode.New(errcode.InvalidRequest, "pids_limit %d is outside 0..%d", a.PidsLimit, MaxPids)
 	}
 	if err := checkUser(a.User); err != nil {
+		return err
+	}
+	if err := checkExposedPorts(a.ExposedPorts); err != nil {
 		return err
 	}
 	if a.Image != "" && (len(a.Image) > 255 || strings.ContainsFunc(a.Image, func(r rune) bool { return r <= ' ' || r == 0x7f })) {
@@ -482,6 +510,15 @@ type LookupArgs struct {
 
 // Validate checks the lookup arguments.
 func (a *LookupArgs) Validate() error { return CheckToken("session_id", a.SessionID) }
+
+// DeleteRequest is what a client sends to the scheduler's delete subject
+// (1.2) when the session's own subject has no responder.
+type DeleteRequest struct {
+	SessionID string `json:"session_id"`
+}
+
+// Validate checks the request.
+func (a *DeleteRequest) Validate() error { return CheckToken("session_id", a.SessionID) }
 
 // LookupResult answers lookup; an unknown or deleted session is a
 // session_not_found error instead.

@@ -5,9 +5,9 @@ type Op string
 
 // The operations. OpCreate travels on the tenant's create subject (and,
 // forwarded by the scheduler, on the chosen node's subject); OpLookup only
-// on the tenant's subject; OpResume on the session's subject and, when no
-// node serves the session, on the tenant's; every other op on the
-// session's own subject.
+// on the tenant's subject; OpResume and OpDelete on the session's subject
+// and, when no node serves the session, on the tenant's; every other op on
+// the session's own subject.
 const (
 	OpCreate   Op = "create"
 	OpStart    Op = "start"
@@ -25,11 +25,19 @@ const (
 	OpHydrate  Op = "hydrate"
 	OpResume   Op = "resume"
 	OpLookup   Op = "lookup"
+	// OpNodeLost is recorded by the engine, never sent: the session's node
+	// missed its heartbeats past the engine's node TTL, so the session is
+	// lost until a resume brings it back on a node that is up.
+	OpNodeLost Op = "node_lost"
 )
 
 // SessionOps lists the ops served on a session subject.
 var SessionOps = []Op{OpStart, OpExec, OpRead, OpWrite, OpLs, OpRm, OpMkdir, OpRunning, OpStop, OpShutdown, OpDelete, OpPersist, OpHydrate, OpResume,
-	OpProcStart, OpProcWrite, OpProcRead, OpProcResize, OpProcSignal, OpProcList, OpExecRead}
+	OpProcStart, OpProcWrite, OpProcRead, OpProcResize, OpProcSignal, OpProcList, OpExecRead, OpPort}
+
+// RecordedOps are the ops that appear in sessions' histories but are
+// never sent: the node records proc_exit, the engine node_lost.
+var RecordedOps = []Op{OpProcExit, OpNodeLost}
 
 // Known reports whether op is served on a session subject.
 func (op Op) Known() bool {
@@ -64,6 +72,7 @@ func Specs() []Spec {
 		{OpCreate, OnTenant, CreateArgs{}, CreateResult{}, "create and start a session on a node the scheduler picks"},
 		{OpLookup, OnTenant, LookupArgs{}, LookupResult{}, "why a session does not answer: its status and node, or session_not_found"},
 		{OpResume, OnTenant, ResumeRequest{}, ResumeResult{}, "resume a session no node serves, on a node the scheduler picks"},
+		{OpDelete, OnTenant, DeleteRequest{}, StatusResult{}, "delete a session no node serves (lost, or shut down on a node that is gone); the engine records it"},
 		{OpExec, OnSession, ExecArgs{}, ExecResult{}, "run a command to completion"},
 		{OpRead, OnSession, ReadArgs{}, ReadResult{}, "read a whole file"},
 		{OpWrite, OnSession, WriteArgs{}, WriteResult{}, "write a whole file, making missing parents"},
@@ -77,7 +86,7 @@ func Specs() []Spec {
 		{OpDelete, OnSession, nil, StatusResult{}, "shut down if needed and forget the session"},
 		{OpPersist, OnSession, nil, SnapshotResult{}, "snapshot the workspace into the object store"},
 		{OpHydrate, OnSession, HydrateArgs{}, HydrateResult{}, "replace the workspace with a snapshot or an uploaded tar"},
-		{OpResume, OnSession, ResumeArgs{}, ResumeResult{}, "bring a stopped or shut-down session back"},
+		{OpResume, OnSession, ResumeArgs{}, ResumeResult{}, "bring a stopped, shut-down or lost session back"},
 		{OpProcStart, OnSession, ProcStartArgs{}, ProcResult{}, "start a process that outlives the call (a terminal, stdin); output within the yield window"},
 		{OpProcWrite, OnSession, ProcArgs{}, ProcResult{}, "write to a process's stdin; output within the yield window"},
 		{OpProcRead, OnSession, ProcArgs{}, ProcResult{}, "output of a process within the yield window, and whether it runs"},
@@ -85,5 +94,6 @@ func Specs() []Spec {
 		{OpProcSignal, OnSession, ProcSignalArgs{}, nil, "signal a process (its whole session)"},
 		{OpProcList, OnSession, nil, ProcListResult{}, "the session's processes, running and exited"},
 		{OpExecRead, OnSession, ExecReadArgs{}, ExecReadResult{}, "the output of a streaming exec while it runs"},
+		{OpPort, OnSession, PortArgs{}, PortResult{}, "an address on the node that reaches an exposed port of the running sandbox"},
 	}
 }

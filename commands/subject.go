@@ -63,6 +63,15 @@ func (s Subjects) Resume(tenant string) string {
 	return s.prefix() + ".cmd." + tenant + ".resume"
 }
 
+// Delete is the subject the scheduler serves to delete a session no node
+// serves (lost, or shut down on a node that is gone).
+func (s Subjects) Delete(tenant string) string {
+	return s.prefix() + ".cmd." + tenant + ".delete"
+}
+
+// DeleteAll matches every tenant's delete subject.
+func (s Subjects) DeleteAll() string { return s.prefix() + ".cmd.*.delete" }
+
 // ResumeAll matches every tenant's resume subject.
 func (s Subjects) ResumeAll() string { return s.prefix() + ".cmd.*.resume" }
 

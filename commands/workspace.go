@@ -64,6 +64,11 @@ type HydrateResult struct {
 // recorded, so no node can restore them on its own).
 type ResumeArgs struct {
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
+	// Empty (1.2) lets a session that has no snapshot come back with an
+	// empty workspace (a lost session that was never persisted); without
+	// it such a resume is invalid_state. A snapshot, when there is one, is
+	// restored all the same.
+	Empty bool `json:"empty,omitempty"`
 }
 
 // Validate checks the resume arguments.
@@ -93,6 +98,8 @@ type ResumeResult struct {
 type ResumeRequest struct {
 	SessionID string            `json:"session_id"`
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
+	// Empty is ResumeArgs.Empty.
+	Empty bool `json:"empty,omitempty"`
 }
 
 // Validate checks the request.
@@ -110,4 +117,6 @@ type ResumePlacement struct {
 	Tenant    string            `json:"tenant"`
 	SessionID string            `json:"session_id"`
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
+	// Empty is ResumeArgs.Empty.
+	Empty bool `json:"empty,omitempty"`
 }

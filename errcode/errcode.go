@@ -34,7 +34,19 @@ const (
 	QuotaExceeded       Code = "quota_exceeded"
 	PolicyDenied        Code = "policy_denied"
 	PermissionDenied    Code = "permission_denied"
+	// SessionMoved (1.2): the node that received the command no longer
+	// serves the session (an engine declared it lost, or another node
+	// resumed the session) and ran nothing; the client sends the command
+	// again and reaches the session where it is now.
+	SessionMoved Code = "session_moved"
 )
+
+// StorageQuotaExceeded is a write that does not fit its storage: the
+// workspace bucket at its quota, the events stream at its reserved size,
+// or the JetStream store full. Unlike quota_exceeded (a share that frees
+// itself as commands end) it stays until someone frees space or raises
+// the limit, so it is not retryable.
+const StorageQuotaExceeded Code = "storage_quota_exceeded"
 
 type entry struct {
 	retryable   bool
@@ -64,6 +76,10 @@ var registry = map[Code]entry{
 	QuotaExceeded:       {true, "the tenant is at its share of the node (commands in flight, sessions); the message names the limit"},
 	PolicyDenied:        {false, "the node's operator policy does not allow what the request asks (an image, network, root, a limit)"},
 	PermissionDenied:    {false, "the request names what belongs to another tenant (an object of the workspace bucket)"},
+	SessionMoved:        {true, "the node no longer serves the session (declared lost, or resumed elsewhere) and ran nothing; send the command again"},
+
+	// Storage: a limit that only freeing space or raising it lifts.
+	StorageQuotaExceeded: {false, "the write does not fit: the workspace bucket is at its quota, the events stream at its reserved size, or the JetStream store is full; the message says which and how to free space"},
 }
 
 // Known reports whether c is in the registry.
@@ -179,4 +195,8 @@ var (
 	ErrQuotaExceeded       = &Error{Code: QuotaExceeded}
 	ErrPolicyDenied        = &Error{Code: PolicyDenied}
 	ErrPermissionDenied    = &Error{Code: PermissionDenied}
+	ErrSessionMoved        = &Error{Code: SessionMoved}
 )
+
+// ErrStorageQuotaExceeded matches any storage_quota_exceeded error.
+var ErrStorageQuotaExceeded = &Error{Code: StorageQuotaExceeded}

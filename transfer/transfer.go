@@ -150,6 +150,18 @@ type transfer struct {
 	fail   func(error)              // closes the pipe with an error
 	result chan transferResult      // the streaming goroutine's outcome
 	handle func(m *nats.Msg) []byte // serves one chunk
+
+	outcomeOnce sync.Once
+	got         transferResult // result's value, once taken (outcome)
+}
+
+// outcome waits for the streaming goroutine's result and returns it, to
+// every caller: a chunk that arrives after another chunk took the result
+// (a retry after an abort) gets it too, instead of waiting for a second
+// value that never comes.
+func (t *transfer) outcome() transferResult {
+	t.outcomeOnce.Do(func() { t.got = <-t.result })
+	return t.got
 }
 
 type transferResult struct {
@@ -357,6 +369,12 @@ func (t *transfer) uploadChunk(m *nats.Msg) []byte {
 	}
 	if _, err := t.w.Write(c.Data); err != nil {
 		t.abort(err)
+		// The store stopped reading: its own error says why (a bucket at
+		// its quota is storage_quota_exceeded, which a retry cannot fix).
+		// The streaming goroutine sends it as soon as the store returns.
+		if r := t.outcome(); errcode.Of(r.err) == errcode.StorageQuotaExceeded {
+			return commands.ErrorReply(r.err)
+		}
 		return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "upload"))
 	}
 	t.mu.Lock()
@@ -368,7 +386,7 @@ func (t *transfer) uploadChunk(m *nats.Msg) []byte {
 		return body
 	}
 	_ = t.w.Close()
-	r := <-t.result
+	r := t.outcome()
 	t.end()
 	if r.err != nil {
 		return commands.ErrorReply(r.err)
@@ -418,7 +436,7 @@ func (t *transfer) downloadChunk(m *nats.Msg, name string) []byte {
 		body, _ := commands.ResultReply(commands.DownloadData{Data: buf[:n]})
 		return body
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		r := <-t.result
+		r := t.outcome()
 		t.end()
 		if r.err != nil {
 			return commands.ErrorReply(r.err)

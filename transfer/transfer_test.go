@@ -12,8 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/testenv"
 	"github.com/paddock-dev/paddock/transfer"
 )
@@ -167,5 +169,29 @@ func TestIdleTransferAborted(t *testing.T) {
 	})
 	if err := request(t, st.ClientConn, open.Subject, commands.UploadChunk{Data: []byte("late")}, nil); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("chunk to an aborted transfer: %v, want no responders", err)
+	}
+}
+
+// TestUploadQuota: an upload that does not fit the workspace bucket's
+// quota is refused with storage_quota_exceeded, the error a client can act
+// on, not a retryable unavailable.
+func TestUploadQuota(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{Broker: broker.Config{MaxStore: 32 << 20, SyncInterval: time.Second}})
+	ctx := testenv.Context(t, time.Minute)
+	if _, err := objectstore.Ensure(ctx, st.JS, objectstore.Config{MaxBytes: 2 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := st.Client.Create(ctx, commands.CreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 3<<20)
+	_, _ = rand.Read(big)
+	_, err = st.Client.WriteFile(ctx, s.SessionID, "big.bin", big, 0o644)
+	if !errors.Is(err, errcode.ErrStorageQuotaExceeded) {
+		t.Fatalf("a 3 MiB write into a 2 MiB bucket: %v, want storage_quota_exceeded", err)
+	}
+	if _, err := st.Client.WriteFile(ctx, s.SessionID, "small.bin", big[:1<<20], 0o644); err != nil {
+		t.Fatalf("a 1 MiB write after the refused one: %v", err)
 	}
 }
