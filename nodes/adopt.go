@@ -144,7 +144,7 @@ func (a *Agent) adoptOne(ctx context.Context, fd runtime.Found, h history) error
 // started but never finished because its node stopped under it, so that
 // every start has its finish, and remembers it under its command id.
 func (a *Agent) finishInFlight(ctx context.Context, s *session, h history) error {
-	lost := lostProcesses(h.evs)
+	lost := projection.LiveProcesses(h.evs)
 	for _, ev := range h.evs {
 		if ev.Phase != events.PhaseStart {
 			continue

@@ -19,6 +19,7 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/tracing"
 )
 
 // Agent is a node agent. Create it with New, then Start; Close drains it.
@@ -31,6 +32,7 @@ type Agent struct {
 	runtimes map[string]runtime.Runtime
 	order    []string // runtime names in preference order
 	ops      map[commands.Op]opDef
+	tracer   *tracing.Tracer
 
 	// ctx is cancelled by Close once the drain bound has passed; in-flight
 	// operations run under it.
@@ -48,6 +50,7 @@ type Agent struct {
 	sessions map[string]*session
 	nodeSubs []*nats.Subscription
 	draining bool
+	cordoned bool // no new sessions: the scheduler skips the node
 	started  bool
 	closed   bool
 }
@@ -88,6 +91,7 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 		inflight: map[string]int{},
 		sem:      make(chan struct{}, cfg.MaxConcurrent),
 		ops:      sessionOps(),
+		tracer:   tracing.New(cfg.TracerProvider),
 	}
 	for _, rt := range rts {
 		if _, dup := a.runtimes[rt.Name()]; dup {
@@ -95,6 +99,9 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 		}
 		a.runtimes[rt.Name()] = rt
 		a.order = append(a.order, rt.Name())
+	}
+	if err := cfg.Metrics.WatchNode(a.metricsState); err != nil {
+		return nil, fmt.Errorf("nodes: metrics: %w", err)
 	}
 	return a, nil
 }
@@ -124,6 +131,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		{a.cmdSubj.Node(a.cfg.ID, "create"), a.dispatch("", a.handleCreate)},
 		{a.cmdSubj.Node(a.cfg.ID, "resume"), a.dispatch("", a.handleResumePlacement)},
 		{a.cmdSubj.Node(a.cfg.ID, "ping"), a.handlePing},
+		{a.cmdSubj.Node(a.cfg.ID, commands.NodeCordon), a.dispatch("", a.handleCordon(true))},
+		{a.cmdSubj.Node(a.cfg.ID, commands.NodeUncordon), a.dispatch("", a.handleCordon(false))},
+		{a.cmdSubj.Node(a.cfg.ID, commands.NodeRelease), a.dispatch("", a.handleRelease)},
 		{a.cmdSubj.Announce(), func(*nats.Msg) { a.heartbeat() }},
 	}
 	for _, s := range subs {
@@ -141,7 +151,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("nodes: flush: %w", err)
 	}
 	info, _ := json.Marshal(a.info())
-	if err := a.log.AppendNode(ctx, &events.NodeEvent{
+	if err := a.register(ctx, &events.NodeEvent{
 		Version: events.Version, EventID: uuid.NewString(), TS: time.Now().UTC(),
 		Node: a.cfg.ID, Kind: "registered", Data: info,
 	}); err != nil {
@@ -153,7 +163,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.loops.Add(1)
 	go a.every(a.cfg.HeartbeatInterval, a.heartbeat)
 	a.loops.Add(1)
-	go a.every(a.cfg.ExpiryInterval, func() { a.expire(a.ctx); a.reapIdle() })
+	go a.every(a.cfg.ExpiryInterval, func() { a.expire(a.ctx); a.reapIdle(); a.stopIdle(a.ctx); a.shutRetained(a.ctx) })
 	if a.hasFinder() {
 		a.loops.Add(1)
 		go a.every(a.cfg.ReapInterval, func() { a.reap(a.ctx) })
@@ -202,6 +212,7 @@ func (a *Agent) Close(ctx context.Context) error {
 	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	for _, s := range a.held() {
 		s.procs.end(pctx, "stopping with its node", ProcLost)
+		s.closePorts()
 	}
 	pcancel()
 	a.cancel()
@@ -214,6 +225,14 @@ func (a *Agent) Close(ctx context.Context) error {
 		Version: events.Version, EventID: uuid.NewString(), TS: time.Now().UTC(),
 		Node: a.cfg.ID, Kind: "stopped",
 	})
+	// A last heartbeat says so to the schedulers, which then do not
+	// declare the node lost when its heartbeats stop.
+	last := a.info()
+	last.Status = "stopped"
+	if b, err := json.Marshal(last); err == nil {
+		_ = a.nc.Publish(a.cmdSubj.Heartbeat(a.cfg.ID), b)
+		_ = a.nc.FlushTimeout(time.Second)
+	}
 	a.logger.Info("node agent stopped")
 	return err
 }
@@ -275,7 +294,7 @@ func (a *Agent) dispatch(tenant string, h func(ctx context.Context, m *nats.Msg)
 					a.respond(m, commands.ErrorReply(errcode.New(errcode.Internal, "internal error; the node's log has the cause")))
 				}
 			}()
-			h(a.ctx, m)
+			h(tracing.Extract(a.ctx, m.Header), m)
 		}()
 	}
 }
@@ -361,6 +380,7 @@ func (a *Agent) forget(s *session) {
 		_ = sub.Unsubscribe()
 		_ = a.nc.Flush()
 	}
+	s.closePorts()
 }
 
 func (a *Agent) respond(m *nats.Msg, data []byte) {
@@ -386,6 +406,7 @@ func (a *Agent) info() Info {
 	return Info{
 		Node: a.cfg.ID, Runtimes: a.order, Capacity: a.cfg.Capacity, Sessions: len(a.sessions),
 		Tenants: tenants, Labels: a.cfg.Labels, Status: status, TS: time.Now().UTC(), SigningKey: a.log.SigningKey(),
+		Cordoned: a.cordoned,
 	}
 }
 
@@ -445,3 +466,30 @@ func (a *Agent) held() []*session {
 }
 
 func sessionKey(tenant, id string) string { return tenant + "/" + id }
+
+// register records the node's registered event. A node may start with, or
+// before, the engine that makes the streams, and a new replicated stream
+// answers only once it has elected a leader: while the append fails as
+// unavailable (no stream, no leader, no answer) it is tried again, the
+// same event (one id, so recorded once), with backoff, until ctx ends.
+func (a *Agent) register(ctx context.Context, ev *events.NodeEvent) error {
+	backoff, warned := 100*time.Millisecond, false
+	for {
+		err := a.log.AppendNode(ctx, ev)
+		if err == nil || errcode.Of(err) != errcode.Unavailable || ctx.Err() != nil {
+			return err
+		}
+		if !warned {
+			a.logger.Warn("waiting for the events stream (is the engine up?)", "err", err)
+			warned = true
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("nodes: register: %w (last: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}

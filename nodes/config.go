@@ -3,11 +3,15 @@ package nodes
 import (
 	"errors"
 	"fmt"
+	"net"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/metrics"
 )
 
 // Capture is the output capture policy for exec events.
@@ -32,12 +36,20 @@ type Config struct {
 	Capacity int
 	// Labels are advertised in heartbeats for placement.
 	Labels map[string]string
+	// AppendPatience is how long an event append whose outcome is unknown
+	// (the server did not answer: a leader lost, a server killed) is sent
+	// again before the operation is answered as failed (default 30s).
+	AppendPatience time.Duration
 	// HeartbeatInterval (default 2s).
 	HeartbeatInterval time.Duration
 	// Capture is the exec output capture policy for events.
 	Capture Capture
 	// DefaultExecTimeout applies when an exec gives none (default 10m).
 	DefaultExecTimeout time.Duration
+	// ExposeHost is the address the forwards of sessions' exposed ports
+	// listen on (op port; default 127.0.0.1: reachable from this host
+	// only). 0.0.0.0 exposes them to the node's network.
+	ExposeHost string
 	// MaxConcurrent bounds commands handled at once (default 256).
 	MaxConcurrent int
 	// TenantConcurrent bounds one tenant's commands in flight on the node
@@ -70,6 +82,9 @@ type Config struct {
 	// signalled for this long (default 30m; the check runs with the
 	// expiry loop).
 	ProcIdleTimeout time.Duration
+	// TracerProvider makes the spans of the node's operations and of
+	// their runtime work (nil: tracing off; see package tracing).
+	TracerProvider trace.TracerProvider
 	// StreamBufferBytes bounds the output of a streaming exec that its
 	// reader has not acknowledged (default 4 MiB): past it the command
 	// waits for the reader.
@@ -87,6 +102,9 @@ type Config struct {
 	// (smaller for compressible workspaces, slower for incompressible
 	// ones; see docs/benchmarks.md).
 	CompressSnapshots bool
+	// Metrics records the node's operations, event appends, sessions and
+	// processes, and its object store bytes (nil: none).
+	Metrics *metrics.Metrics
 }
 
 // Validate checks the config.
@@ -100,8 +118,11 @@ func (c Config) Validate() error {
 	if c.MaxProcesses < 0 || c.MaxProcesses > commands.MaxProcesses || c.ProcBufferBytes < 0 || c.StreamBufferBytes < 0 || c.StreamIdleTimeout < 0 {
 		return fmt.Errorf("nodes: max processes outside 0..%d, or a negative process buffer", commands.MaxProcesses)
 	}
-	if c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 || c.ExpiryInterval < 0 || c.ProcIdleTimeout < 0 {
+	if c.AppendPatience < 0 || c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 || c.ExpiryInterval < 0 || c.ProcIdleTimeout < 0 {
 		return errors.New("nodes: negative interval")
+	}
+	if c.ExposeHost != "" && net.ParseIP(c.ExposeHost) == nil {
+		return fmt.Errorf("nodes: expose host %q is not an IP address", c.ExposeHost)
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return fmt.Errorf("nodes: policy: %w", err)
@@ -118,6 +139,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Capacity == 0 {
 		c.Capacity = 1000
+	}
+	if c.AppendPatience == 0 {
+		c.AppendPatience = 30 * time.Second
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = 2 * time.Second
@@ -148,6 +172,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProcBufferBytes == 0 {
 		c.ProcBufferBytes = 1 << 20
+	}
+	if c.ExposeHost == "" {
+		c.ExposeHost = "127.0.0.1"
 	}
 	if c.ProcIdleTimeout == 0 {
 		c.ProcIdleTimeout = 30 * time.Minute

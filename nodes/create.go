@@ -71,9 +71,10 @@ func createRecord(spec commands.CreateArgs, rtName string) events.CreateStart {
 		root = runtime.DefaultWorkspaceRoot
 	}
 	cs := events.CreateStart{
-		Runtime: rtName, Image: spec.Image, Env: spec.Env, SecretEnvKeys: sortedKeys(spec.SecretEnv), Labels: spec.Labels,
+		Runtime: rtName, Image: spec.Image, Env: spec.Env, SecretEnvKeys: sortedKeys(spec.SecretEnv), Labels: spec.Labels, NodeLabels: spec.NodeLabels,
 		CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root, Epoch: 1,
 		Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit, MaxProcesses: spec.MaxProcesses,
+		ExposedPorts: spec.ExposedPorts,
 	}
 	for _, e := range spec.Manifest {
 		r := events.ManifestRecord{Path: e.Path, Dir: e.Dir, Mode: e.Mode, Ephemeral: e.Ephemeral}
@@ -104,6 +105,7 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 		spec.Image = commands.DefaultImage // recorded as the image the session runs
 	}
 	cs := createRecord(spec, rtName)
+	cs.IdleTimeoutS = int64((a.cfg.Policy.idleTimeout(spec.IdleTimeoutS) + time.Second - 1) / time.Second) // whole seconds, up
 	if d := a.cfg.Policy.lifetime(spec.LifetimeS); d > 0 {
 		t := time.Now().UTC().Add(d)
 		cs.ExpiresAt = &t

@@ -66,6 +66,7 @@ func sessionOps() map[commands.Op]opDef {
 		def(commands.OpProcSignal, procSignalData, runProcSignal),
 		def[none](commands.OpProcList, nil, runProcList),
 		def(commands.OpExecRead, execReadStart, runExecRead),
+		def(commands.OpPort, portStart, runPort),
 	} {
 		m[d.op] = d
 	}

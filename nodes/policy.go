@@ -35,6 +35,22 @@ type Policy struct {
 	// none (0: MaxLifetime); MaxLifetime bounds what a create may ask
 	// (0: no bound, and no lifetime unless asked).
 	DefaultLifetime, MaxLifetime time.Duration
+	// DefaultIdleTimeout stops a session idle this long when its create
+	// asks for no idle timeout (0: none); MaxIdleTimeout bounds what a
+	// create may ask (0: no bound).
+	DefaultIdleTimeout, MaxIdleTimeout time.Duration
+	// StoppedRetention shuts down a session stopped this long, keeping its
+	// snapshots for a resume (0: stopped sessions keep their sandbox).
+	StoppedRetention time.Duration
+}
+
+// idleTimeout is the idle timeout a create asking for askS seconds gets
+// (0: none).
+func (p Policy) idleTimeout(askS int64) time.Duration {
+	if askS > 0 {
+		return time.Duration(askS) * time.Second
+	}
+	return p.DefaultIdleTimeout
 }
 
 // lifetime is the lifetime a create asking for askS seconds gets (0: none).
@@ -55,11 +71,15 @@ func (p Policy) Validate() error {
 			return errcode.New(errcode.InvalidRequest, "image pattern %q is not a valid pattern", pat)
 		}
 	}
-	if p.MaxCPUs < 0 || p.MaxMemoryBytes < 0 || p.MaxPids < 0 || p.DefaultLifetime < 0 || p.MaxLifetime < 0 {
+	if p.MaxCPUs < 0 || p.MaxMemoryBytes < 0 || p.MaxPids < 0 || p.DefaultLifetime < 0 || p.MaxLifetime < 0 ||
+		p.DefaultIdleTimeout < 0 || p.MaxIdleTimeout < 0 || p.StoppedRetention < 0 {
 		return errcode.New(errcode.InvalidRequest, "policy bounds must not be negative")
 	}
 	if p.MaxLifetime > 0 && p.DefaultLifetime > p.MaxLifetime {
 		return errcode.New(errcode.InvalidRequest, "the default lifetime %s is over the maximum %s", p.DefaultLifetime, p.MaxLifetime)
+	}
+	if p.MaxIdleTimeout > 0 && p.DefaultIdleTimeout > p.MaxIdleTimeout {
+		return errcode.New(errcode.InvalidRequest, "the default idle timeout %s is over the maximum %s", p.DefaultIdleTimeout, p.MaxIdleTimeout)
 	}
 	return nil
 }
@@ -72,6 +92,9 @@ func (p Policy) checkCreate(spec commands.CreateArgs, rt string) error {
 	}
 	if ask := time.Duration(spec.LifetimeS) * time.Second; p.MaxLifetime > 0 && ask > p.MaxLifetime {
 		return deny("a lifetime of %s is over this node's maximum of %s", ask, p.MaxLifetime)
+	}
+	if ask := time.Duration(spec.IdleTimeoutS) * time.Second; p.MaxIdleTimeout > 0 && ask > p.MaxIdleTimeout {
+		return deny("an idle timeout of %s is over this node's maximum of %s", ask, p.MaxIdleTimeout)
 	}
 	if rt == "docker" && !p.imageAllowed(spec.Image) {
 		return deny("image %s is not allowed on this node", spec.Image)

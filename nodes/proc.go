@@ -577,31 +577,3 @@ func (a *Agent) reapIdle() {
 		}
 	}
 }
-
-// lostProcesses returns the processes a history started and never
-// recorded the end of: a node that takes the session up cannot reach
-// them (they died with the node, or are cut off from it). A proc_start
-// still in flight may have started its process: it counts.
-func lostProcesses(evs []events.Event) []int64 {
-	started := map[int64]bool{}
-	startSeq := map[string]int64{} // span → its start's seq
-	for _, ev := range evs {
-		switch {
-		case ev.Op == string(commands.OpProcStart) && ev.Phase == events.PhaseStart:
-			startSeq[ev.SpanID] = int64(ev.Seq)
-			started[int64(ev.Seq)] = true
-		case ev.Op == string(commands.OpProcStart) && ev.Phase == events.PhaseFinish && (ev.OK == nil || !*ev.OK):
-			delete(started, startSeq[ev.SpanID])
-		case ev.Op == string(commands.OpProcExit) && ev.Phase == events.PhaseStart:
-			if d, err := events.DecodeData[events.ProcRef](ev); err == nil {
-				delete(started, d.ProcessID)
-			}
-		}
-	}
-	out := make([]int64, 0, len(started))
-	for id := range started {
-		out = append(out, id)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -52,7 +53,8 @@ func TestRecordedHistory(t *testing.T) {
 	}
 
 	create("s-running", commands.CreateArgs{Labels: map[string]string{"team": "a"}, Env: map[string]string{"A": "1"},
-		Manifest: []commands.ManifestEntry{{Path: "README", Content: []byte("hi\n")}, {Path: "tmp", Dir: true, Ephemeral: true}}})
+		Manifest:     []commands.ManifestEntry{{Path: "README", Content: []byte("hi\n")}, {Path: "tmp", Dir: true, Ephemeral: true}},
+		ExposedPorts: []int{8080}})
 	_, err := c.Exec(ctx, "s-running", commands.ExecArgs{Argv: []string{"echo", "hello"}})
 	must(err)
 	_, err = c.Exec(ctx, "s-running", commands.ExecArgs{Shell: "printf '\\377'; exit 3"})
@@ -75,6 +77,8 @@ func TestRecordedHistory(t *testing.T) {
 	fails(err, errcode.NotFound)
 	_, err = c.Running(ctx, "s-running")
 	must(err)
+	_, err = c.Port(ctx, "s-running", 8080)
+	must(err)
 	_, err = c.ExecStream(ctx, "s-running", commands.ExecArgs{Shell: "echo streamed"}, func(bool, []byte) {})
 	must(err)
 	zero := int64(0)
@@ -90,6 +94,20 @@ func TestRecordedHistory(t *testing.T) {
 	bg, err := c.ProcStart(ctx, "s-running", commands.ProcStartArgs{Argv: []string{"sleep", "300"}, YieldMS: &zero})
 	must(err)
 	must(c.ProcSignal(ctx, "s-running", commands.ProcSignalArgs{ProcessID: bg.ProcessID, Signal: "TERM"}))
+	// Its proc_exit is recorded before the next session's ops, so that the
+	// recording's order does not depend on timing.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		evs, err := st.Log.Session(ctx, "acme", "s-running")
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if ev.Op == string(commands.OpProcExit) && ev.Phase == events.PhaseFinish {
+				return nil
+			}
+		}
+		return fmt.Errorf("no proc_exit recorded yet")
+	})
 	// The shell is left running: the node's Close records it lost.
 
 	create("s-stopped", commands.CreateArgs{})

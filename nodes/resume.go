@@ -23,20 +23,24 @@ import (
 //	                                   unless the workspace still has its
 //	                                   fingerprint
 //	sandbox shut down, or none here  → create a fresh one at the next epoch
-//	(taken over from another node)     and restore the last snapshot
+//	(taken over from another node,     and restore the last snapshot (none
+//	or lost with it)                   yet: only with empty, which starts
+//	                                   the workspace empty)
 
 func resumeStart(_ *Agent, _ *session, args *commands.ResumeArgs) any {
-	return events.ResumeStart{SecretEnvKeys: sortedKeys(args.SecretEnv)}
+	return events.ResumeStart{SecretEnvKeys: sortedKeys(args.SecretEnv), Empty: args.Empty}
 }
 
 func runResume(ctx context.Context, a *Agent, s *session, args *commands.ResumeArgs) (outcome, error) {
-	return a.resume(ctx, s, args.SecretEnv)
+	return a.resume(ctx, s, args.SecretEnv, args.Empty)
 }
 
 // resume is the resume operation; secretEnv, when given, replaces the
 // session's secret values (for the redaction of everything recorded from
-// now on, and for a re-created sandbox).
-func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]string) (outcome, error) {
+// now on, and for a re-created sandbox). empty lets a session that has no
+// snapshot come back with an empty workspace; a snapshot, when there is
+// one, is restored all the same.
+func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]string, empty bool) (outcome, error) {
 	if err := checkLifetime(s, commands.OpResume); err != nil {
 		return outcome{}, err
 	}
@@ -44,11 +48,12 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 		return outcome{}, err
 	}
 	snap := s.snapshot()
+	sb, st := s.sandbox(), s.getStatus()
+	recreate := sb == nil || st == projection.StatusShutDown
 	d := events.ResumeFinish{Status: string(projection.StatusRunning), Node: a.cfg.ID, Epoch: s.getEpoch()}
 	if snap != nil {
 		d.SnapshotID = snap.ID
 	}
-	sb, st := s.sandbox(), s.getStatus()
 	switch {
 	case sb != nil && (st == projection.StatusRunning || st == projection.StatusStopped):
 		if err := sb.Start(ctx); err != nil {
@@ -66,20 +71,23 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 				d.Restored = true
 			}
 		}
-	case sb == nil || st == projection.StatusShutDown:
-		if snap == nil {
-			return outcome{}, errcode.New(errcode.InvalidState, "session %s has no snapshot to resume from", s.id)
+	case recreate:
+		if snap == nil && !empty {
+			return outcome{}, errNoSnapshot(s.id)
 		}
 		nsb, err := a.recreate(ctx, s)
 		if err != nil {
 			return outcome{}, err
 		}
-		if _, err := a.restore(ctx, s, nsb, snap.ID, ""); err != nil {
-			_ = nsb.Shutdown(context.WithoutCancel(ctx))
-			return outcome{}, err
+		if snap != nil {
+			if _, err := a.restore(ctx, s, nsb, snap.ID, ""); err != nil {
+				_ = nsb.Shutdown(context.WithoutCancel(ctx))
+				return outcome{}, err
+			}
+			d.Restored = true
 		}
 		d.Epoch++
-		d.Restored, d.ContainerID = true, containerID(nsb)
+		d.ContainerID = containerID(nsb)
 		s.mu.Lock()
 		s.epoch = d.Epoch
 		s.mu.Unlock()
@@ -99,6 +107,12 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 	s.setStatus(projection.StatusRunning)
 	r := commands.ResumeResult{Status: d.Status, Node: d.Node, Epoch: d.Epoch, Restored: d.Restored, SnapshotID: d.SnapshotID}
 	return outcome{result: r, data: d}, nil
+}
+
+// errNoSnapshot refuses to bring back a session that was never persisted
+// without the caller's explicit consent to an empty workspace.
+func errNoSnapshot(id string) error {
+	return errcode.New(errcode.InvalidState, "session %s has no snapshot to resume from; resume it with empty (engine sandbox resume --empty) to start it with an empty workspace", id)
 }
 
 // setSecrets replaces the values of the session's secret variables that
@@ -159,16 +173,26 @@ func (a *Agent) handleResumePlacement(ctx context.Context, m *nats.Msg) {
 
 // resumePlaced takes the session over and runs the one resume path.
 func (a *Agent) resumePlaced(ctx context.Context, req commands.Request, p *commands.ResumePlacement) []byte {
-	s, err := a.takeOver(ctx, p.Tenant, p.SessionID, p.SecretEnv)
+	s, err := a.takeOver(ctx, p.Tenant, p.SessionID, p.SecretEnv, p.Empty)
 	if err != nil {
 		return commands.ErrorReply(err)
 	}
-	start := events.ResumeStart{SecretEnvKeys: sortedKeys(p.SecretEnv), Placed: true}
+	start := events.ResumeStart{SecretEnvKeys: sortedKeys(p.SecretEnv), Placed: true, Empty: p.Empty}
 	reply := a.perform(ctx, s, req, commands.OpResume, start, func(ctx context.Context) (outcome, error) {
-		return a.resume(ctx, s, nil)
+		return a.resume(ctx, s, nil, p.Empty)
 	})
-	if s.sandbox() == nil {
+	sb := s.sandbox()
+	switch {
+	case sb == nil:
 		a.forget(s)
+	case s.letGo.Load():
+		// Another writer took the session over while this resume ran, so
+		// its finish was refused: the sandbox it made is named by no
+		// history and serves nobody. It goes now, not at the reaper's
+		// grace, and a resume sent again can make its epoch's sandbox.
+		if err := sb.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			a.logger.Warn("cannot remove the sandbox of a resume that was fenced out; the reaper will", "tenant", s.tenant, "session", s.id, "err", err)
+		}
 	}
 	return reply
 }
@@ -177,13 +201,15 @@ func validateResumePlacement(p *commands.ResumePlacement) error {
 	if err := checkSessionIDs(p.Tenant, p.SessionID); err != nil {
 		return err
 	}
-	args := commands.ResumeArgs{SecretEnv: p.SecretEnv}
+	args := commands.ResumeArgs{SecretEnv: p.SecretEnv, Empty: p.Empty}
 	return args.Validate()
 }
 
 // takeOver registers a session rebuilt from its events, with no sandbox
-// yet, after recording the old node's open operations as failed.
-func (a *Agent) takeOver(ctx context.Context, tenant, id string, secrets map[string]string) (*session, error) {
+// yet, after recording the old node's open operations as failed. A
+// session with no snapshot is taken over only when empty says its
+// workspace may start empty.
+func (a *Agent) takeOver(ctx context.Context, tenant, id string, secrets map[string]string, empty bool) (*session, error) {
 	h, _, err := a.readHistory(ctx, tenant, id)
 	switch {
 	case err != nil && len(h.evs) == 0:
@@ -194,8 +220,8 @@ func (a *Agent) takeOver(ctx context.Context, tenant, id string, secrets map[str
 		return nil, errcode.Wrap(errcode.InvalidState, err, fmt.Sprintf("session %s has a history that does not fold", id))
 	case h.state.Status == projection.StatusDeleted:
 		return nil, errcode.New(errcode.SessionNotFound, "session %s was deleted", id)
-	case h.snap == nil:
-		return nil, errcode.New(errcode.InvalidState, "session %s has no snapshot to resume from", id)
+	case h.snap == nil && !empty:
+		return nil, errNoSnapshot(id)
 	}
 	if _, ok := a.runtimes[h.create.Runtime]; !ok {
 		return nil, errcode.New(errcode.NoCapacity, "node %s has no %s runtime", a.cfg.ID, h.create.Runtime)

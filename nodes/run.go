@@ -10,11 +10,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/tracing"
 )
 
 // Every op runs through one path:
@@ -110,10 +112,15 @@ func (a *Agent) perform(ctx context.Context, s *session, req commands.Request, o
 // returns the reply and the finish event. When the start cannot be
 // appended nothing runs or is recorded, and startErr says why.
 func (a *Agent) execute(ctx context.Context, s *session, req commands.Request, op commands.Op, startData any, fn func(ctx context.Context) (outcome, error)) (reply []byte, fin *events.Event, startErr error) {
+	// The op's span is the one its events name (package tracing).
+	ctx, span, ids := a.tracer.Start(ctx, "paddock.node "+string(op), trace.SpanKindServer, req.TraceID, req.ParentSpanID, a.tracer.OpAttrs(s.tenant, s.id, string(op), a.cfg.ID)...)
+	var spanErr error
+	defer func() { tracing.End(span, string(errcode.Of(spanErr)), spanErr) }()
+	defer s.working()() // an op is activity: the session is not idle while it runs
 	base := events.Event{
 		Version: events.Version, Tenant: s.tenant, SessionID: s.id, Op: string(op),
-		CommandID: req.CommandID, SpanID: newSpanID(), ParentSpanID: req.ParentSpanID,
-		TraceID: req.TraceID, Node: a.cfg.ID, Actor: req.Actor,
+		CommandID: req.CommandID, SpanID: ids.SpanID, ParentSpanID: ids.ParentSpanID,
+		TraceID: ids.TraceID, Node: a.cfg.ID, Actor: req.Actor,
 	}
 	start := base
 	start.EventID = uuid.NewString()
@@ -121,13 +128,17 @@ func (a *Agent) execute(ctx context.Context, s *session, req commands.Request, o
 	start.Phase = events.PhaseStart
 	start.Data = a.encodeData(s, op, start.Phase, startData)
 	if err := a.appendEvent(ctx, s, &start); err != nil {
+		a.letGoIfMoved(s)
+		spanErr = err
 		return commands.ErrorReply(err), nil, err
 	}
 
 	began := time.Now()
+	rctx, rspan := a.tracer.Child(ctx, "paddock.runtime "+string(op), a.tracer.RuntimeAttrs(s.runtime)...)
 	out, opErr := a.guard(s, op, func() (outcome, error) {
-		return fn(context.WithValue(context.WithValue(ctx, startSeqKey{}, start.Seq), commandIDKey{}, req.CommandID))
+		return fn(context.WithValue(context.WithValue(rctx, startSeqKey{}, start.Seq), commandIDKey{}, req.CommandID))
 	})
+	tracing.End(rspan, string(errcode.Of(opErr)), opErr)
 	if opErr == nil {
 		reply, opErr = commands.ResultReply(out.result)
 	}
@@ -156,21 +167,50 @@ func (a *Agent) execute(ctx context.Context, s *session, req commands.Request, o
 		}
 	}
 	f.OK = &ok
+	a.observeOp(s, op, &f, time.Since(began))
 	// The finish is appended even when the agent is being cancelled: an
 	// operation that ran must be recorded as ended.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := a.appendEvent(fctx, s, &f); err != nil {
+		a.letGoIfMoved(s)
 		a.logger.Error("finish event not recorded", "tenant", s.tenant, "session", s.id, "op", op, "err", err)
+		spanErr = err
 		return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "the operation ran but its finish event was not recorded")), nil, nil
 	}
 	if opErr != nil {
+		spanErr = opErr
 		return commands.ErrorReply(opErr), &f, nil
 	}
 	if out.after != nil {
 		out.after()
 	}
 	return reply, &f, nil
+}
+
+// letGoIfMoved stops serving s once another writer took its history
+// over: the session's subject is unsubscribed, so the next command finds
+// no responder and the client asks the engine (lookup, resume), and the
+// sandbox is left to the reaper, which removes it as an orphan (its
+// history no longer places it here).
+func (a *Agent) letGoIfMoved(s *session) {
+	if !s.moved.Load() || !s.letGo.CompareAndSwap(false, true) {
+		return
+	}
+	a.logger.Warn("session taken over by another writer; letting it go", "tenant", s.tenant, "session", s.id)
+	// Its processes are killed without waiting for their proc_exit: this
+	// node can record nothing more for the session.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.procs.end(done, "taken over by another writer", ProcLost)
+	a.forget(s)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
 
 // guard runs fn and turns a panic into an internal error, logged with its
@@ -218,9 +258,9 @@ func (a *Agent) encodeData(s *session, op commands.Op, phase events.Phase, v any
 	return b
 }
 
-// appendEvent appends one event of s under its append lock, assigning seq
+// appendChained appends one event of s under its append lock, assigning seq
 // and prev_hash.
-func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) error {
+func (a *Agent) appendChained(ctx context.Context, s *session, ev *events.Event) error {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
 	ev.Seq = s.seq + 1
@@ -246,8 +286,40 @@ func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) e
 		if terr != nil || tail.Event == nil || tail.StreamSeq == s.lastStreamSeq {
 			break
 		}
+		own := tail.Signed && tail.Signer == a.log.SigningKey() && tail.Event.Node == a.cfg.ID
+		if own && tail.Event.EventID == ev.EventID {
+			// This very event landed; an earlier attempt's ack was lost.
+			seq, err = tail.StreamSeq, nil
+			break
+		}
+		if own {
+			// An event of this node that it counted as not appended (its
+			// outcome stayed unknown past AppendPatience): take it into
+			// the chain, and close it if it opened an operation, which
+			// never ran.
+			a.logger.Warn("an event this node could not confirm is in the session's history; taking it up", "tenant", s.tenant, "session", s.id, "seq", tail.Event.Seq, "op", tail.Event.Op, "phase", tail.Event.Phase)
+			s.seq, s.lastStreamSeq, s.lastHash = tail.Event.Seq, tail.StreamSeq, tail.Hash
+			if tail.Event.Phase == events.PhaseStart {
+				if ferr := a.closeUnconfirmed(ctx, s, *tail.Event); ferr != nil {
+					err = ferr
+					break
+				}
+			}
+			ev.Seq, ev.PrevHash = s.seq+1, s.lastHash
+			if data, err = json.Marshal(ev); err != nil {
+				return fmt.Errorf("encode event: %w", err)
+			}
+			continue
+		}
 		forged := !tail.Signed || tail.Event.Node == a.cfg.ID && tail.Signer != a.log.SigningKey()
 		if !forged {
+			// Another writer's signed event: an engine that declared this
+			// node lost, or a node that resumed the session. That writer
+			// owns the session's history now (fencing: this node's
+			// append is refused, so nothing it would run is recorded or
+			// run); this node lets the session go.
+			s.moved.Store(true)
+			err = errcode.Wrap(errcode.SessionMoved, err, fmt.Sprintf("session %s was taken over (%s %s by %s): node %s no longer serves it and ran nothing; send the command again", s.id, tail.Event.Op, tail.Event.Phase, orNone(tail.Event.Node), a.cfg.ID))
 			break
 		}
 		a.logger.Warn("an event this node did not write, in the session's history; chaining past it (audit verify names it)",
@@ -268,20 +340,58 @@ func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) e
 	return nil
 }
 
-// appendRetrying appends data, retrying what is retryable within a bound:
-// a finish must not be lost to a passing fault. The event id makes a
-// retried publish idempotent.
+// appendRetrying appends data, sending it again while the outcome is
+// unknown (unavailable: no ack, a leader lost, a timeout), each attempt
+// bounded, until AppendPatience has passed: a start whose outcome stays
+// unknown would leave its command unanswerable, and a finish must not be
+// lost to a passing fault. Sending again is safe: the event id makes the
+// server drop a copy of an event it stored, and the expected last
+// sequence refuses a second append after it (appendEvent then finds this
+// very event at the end of the history).
 func (a *Agent) appendRetrying(ctx context.Context, s *session, ev *events.Event, data []byte) (uint64, error) {
+	giveUp := time.Now().Add(a.cfg.AppendPatience)
 	for attempt := 0; ; attempt++ {
-		seq, err := a.log.AppendRaw(ctx, ev, data, s.lastStreamSeq)
-		if err == nil || errcode.Of(err) != errcode.Unavailable || attempt == 4 || ctx.Err() != nil {
+		actx, cancel := context.WithTimeout(ctx, appendAttempt)
+		seq, err := a.log.AppendRaw(actx, ev, data, s.lastStreamSeq)
+		cancel()
+		if err == nil || errcode.Of(err) != errcode.Unavailable || ctx.Err() != nil || time.Now().After(giveUp) {
 			return seq, err
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
+		case <-time.After(min(time.Duration(50<<min(attempt, 5))*time.Millisecond, time.Second)):
 		}
 	}
+}
+
+// appendAttempt bounds one attempt of an append: a leader that went away
+// with the request is given up on quickly, and the next attempt reaches
+// the new one.
+const appendAttempt = 2 * time.Second
+
+// closeUnconfirmed records a failed finish for a start this node could
+// not confirm it had appended, and answered as failed: the operation never
+// ran. s.appendMu is held.
+func (a *Agent) closeUnconfirmed(ctx context.Context, s *session, start events.Event) error {
+	ok, retry := false, errcode.Unavailable.Retryable()
+	fin := events.Event{
+		Version: events.Version, EventID: uuid.NewString(), TS: time.Now().UTC(),
+		Tenant: s.tenant, SessionID: s.id, Seq: s.seq + 1, Op: start.Op, Phase: events.PhaseFinish,
+		CommandID: start.CommandID, SpanID: start.SpanID, ParentSpanID: start.ParentSpanID, TraceID: start.TraceID,
+		Node: a.cfg.ID, Actor: start.Actor, PrevHash: s.lastHash, OK: &ok,
+		ErrorCode: string(errcode.Unavailable), ErrorType: "errcode.Error", ErrorRetryable: &retry,
+		ErrorMessage: "the node could not confirm this start was recorded and answered the command as failed; it did not run",
+	}
+	data, err := json.Marshal(&fin)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	seq, err := a.appendRetrying(ctx, s, &fin, data)
+	if err != nil {
+		return err
+	}
+	s.seq, s.lastStreamSeq, s.lastHash = fin.Seq, seq, events.Hash(data)
+	return nil
 }
 
 // startSeqKey carries the seq of an operation's start event to the
@@ -310,9 +420,4 @@ func capture(b []byte, truncated bool, limit int) (text, encoding string, cut bo
 	kept := commands.CutUTF8(b, limit)
 	text, encoding = commands.EncodeOutput(kept)
 	return text, encoding, truncated || len(kept) < len(b)
-}
-
-func newSpanID() string {
-	u := uuid.New()
-	return fmt.Sprintf("%x", u[:8])
 }

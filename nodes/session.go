@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,7 +38,11 @@ type session struct {
 
 	// appendMu serialises event appends; it guards seq, lastStreamSeq and
 	// lastHash.
-	appendMu      sync.Mutex
+	appendMu sync.Mutex
+	// moved is set once another writer's signed event ended this node's
+	// hold on the session's history (fencing); letGo once the node has
+	// let the session go.
+	moved, letGo  atomic.Bool
 	seq           uint64
 	lastStreamSeq uint64
 	lastHash      string // events.Hash of the last event's stored bytes
@@ -51,6 +56,19 @@ type session struct {
 	lastSnap *commands.Snapshot
 	status   projection.Status
 	memory   memory
+
+	// idle is the session's idle timeout (0: none); lastActive (unix
+	// nanoseconds) is when an op last began or ended, active how many run
+	// now; stoppedAt is when it was last stopped (under mu).
+	idle       time.Duration
+	lastActive atomic.Int64
+	active     atomic.Int32
+	stoppedAt  time.Time
+
+	// exposed are the sandbox's ports op port may forward (the create's);
+	// ports the forwards open now, by sandbox port.
+	exposed []int
+	ports   map[int]*portForward
 
 	// procs are the session's processes, streams its streaming execs'
 	// output (each with its own lock).
@@ -88,6 +106,8 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 		redact:     newRedactor(kept),
 		epoch:      epoch,
 		status:     projection.StatusCreating,
+		exposed:    slices.Clone(cs.ExposedPorts),
+		idle:       time.Duration(cs.IdleTimeoutS) * time.Second,
 		spec: runtime.Spec{
 			Tenant: tenant, SessionID: id, Node: a.cfg.ID, Epoch: epoch, Image: cs.Image,
 			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: root,
@@ -102,6 +122,7 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 		s.procs.limit = cs.MaxProcesses
 	}
 	s.memory.init()
+	s.lastActive.Store(time.Now().UnixNano())
 	return s
 }
 
@@ -137,10 +158,15 @@ func (s *session) getStatus() projection.Status {
 
 func (s *session) setStatus(st projection.Status) {
 	s.mu.Lock()
+	if st == projection.StatusStopped && s.status != st {
+		s.stoppedAt = time.Now()
+	}
 	s.status = st
 	s.mu.Unlock()
 	if st == projection.StatusRunning {
 		s.procs.reopen() // a stop refused new processes until now
+	} else {
+		s.closePorts() // reachable only while it runs
 	}
 }
 

@@ -38,6 +38,7 @@ func (a *Agent) workspaces(ctx context.Context) (*objectstore.Store, error) {
 	if a.cfg.CompressSnapshots {
 		st = st.Compressed()
 	}
+	st = st.Metered(a.cfg.Metrics)
 	a.mu.Lock()
 	a.store = st
 	a.mu.Unlock()
@@ -71,6 +72,11 @@ func (a *Agent) persist(ctx context.Context, s *session) (*commands.Snapshot, er
 	pr.CloseWithError(err)
 	if !got {
 		ex = <-done
+	}
+	if errcode.Of(err) == errcode.StorageQuotaExceeded {
+		// The export failed only because the store stopped reading: the
+		// store's error says why, and how to free space.
+		return nil, err
 	}
 	if ex.err != nil {
 		return nil, ex.err

@@ -173,7 +173,7 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 	pr.CloseWithError(cerr)
 	out := <-done
 	if out.err != nil || cerr != nil {
-		s.discard(ctx, name)
+		s.discardFailed(ctx, name)
 		if out.err != nil {
 			return out.st, nil, nil, out.err
 		}
@@ -240,6 +240,31 @@ func (s *Sandbox) discard(ctx context.Context, name string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
 	s.removeTrees(ctx, name)
+}
+
+// discardFailed removes the staging directory of a copy that failed.
+// The daemon may still be extracting what it received when the client's
+// side of the copy has already failed (an archive that breaks off), and
+// make the directory after a first removal: the removal is checked, and
+// done again, for a few seconds.
+func (s *Sandbox) discardFailed(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	holder := path.Join(path.Dir(s.root), holderName)
+	wait := 50 * time.Millisecond
+	for attempt := 0; attempt < 8; attempt++ {
+		s.removeTrees(ctx, name)
+		res, err := s.Exec(ctx, runtime.ExecSpec{Argv: []string{"/bin/sh", "-c", `test -e "$1/$2"`, "paddock-test", holder, name}, Timeout: time.Minute, MaxOutput: 1 << 10})
+		if err == nil && res.ExitCode != 0 && attempt > 0 {
+			return // gone, and still gone a moment later
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // removeTrees removes the entries of the holder directory whose names

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/paddock-dev/paddock/errcode"
@@ -41,6 +42,9 @@ func (c Config) Validate() error {
 // Runtime creates local sandboxes. It is safe for concurrent use.
 type Runtime struct {
 	cfg Config
+
+	mu   sync.Mutex      // guards live
+	live map[string]bool // session directories of this runtime's sandboxes
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -67,7 +71,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
 	cfg.Dir = dir
-	return &Runtime{cfg: cfg}, nil
+	return &Runtime{cfg: cfg, live: map[string]bool{}}, nil
 }
 
 // Name returns "local".
@@ -81,8 +85,12 @@ func (r *Runtime) WorkspaceDir(tenant, session string) string {
 
 // Create makes the sandbox's workspace directory and returns the sandbox,
 // running. A tenant or session id that cannot name a single directory is
-// invalid_request; an existing session directory is already_exists; a
-// host failure is runtime_error, with nothing left behind.
+// invalid_request; a session this runtime has a sandbox of is
+// already_exists; a host failure is runtime_error, with nothing left
+// behind. A session directory no sandbox of this runtime holds is a
+// leftover (of a process that ended: local sandboxes do not outlive their
+// node; or of an earlier epoch of a session that moved away and back) and
+// is replaced.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
 	if err := checkComponent("tenant", spec.Tenant); err != nil {
 		return nil, err
@@ -102,10 +110,19 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		return nil, errcode.Wrap(errcode.RuntimeError, err, "create tenant directory")
 	}
 	sessionDir := filepath.Join(tenantDir, spec.SessionID)
-	if err := os.Mkdir(sessionDir, 0o755); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, errcode.New(errcode.AlreadyExists, "session %s already has a sandbox directory", spec.SessionID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live[sessionDir] {
+		return nil, errcode.New(errcode.AlreadyExists, "session %s already has a sandbox", spec.SessionID)
+	}
+	err := os.Mkdir(sessionDir, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		if rerr := removeTree(sessionDir); rerr != nil {
+			return nil, errcode.Wrap(errcode.RuntimeError, rerr, "remove a leftover session directory")
 		}
+		err = os.Mkdir(sessionDir, 0o755)
+	}
+	if err != nil {
 		return nil, errcode.Wrap(errcode.RuntimeError, err, "create session directory")
 	}
 	ws := filepath.Join(sessionDir, "workspace")
@@ -114,7 +131,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		_ = os.RemoveAll(sessionDir)
 		return nil, err
 	}
+	r.live[sessionDir] = true
 	return &Sandbox{
+		release:    func() { r.mu.Lock(); delete(r.live, sessionDir); r.mu.Unlock() },
 		sessionDir: sessionDir,
 		dir:        ws,
 		vroot:      vroot,

@@ -527,3 +527,34 @@ func TestStagingLeavesNothing(t *testing.T) {
 		return nil
 	})
 }
+
+// TestCreateReplacesLeftover: a session directory no sandbox of the
+// runtime holds (the node that made it ended; local sandboxes do not
+// outlive it) is replaced by a create of that session, as when a session
+// lost with its node comes back to it; one a live sandbox holds is not.
+func TestCreateReplacesLeftover(t *testing.T) {
+	dir := t.TempDir()
+	first, err := local.New(local.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, session := create(t, first, nil)
+	if err := old.WriteFile(t.Context(), "stale.txt", []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The node restarted: a new runtime on the same directory.
+	second, err := local.New(local.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := second.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: session, Epoch: 2})
+	if err != nil {
+		t.Fatalf("create over a leftover: %v", err)
+	}
+	t.Cleanup(func() { _ = sb.Shutdown(context.Background()) })
+	if _, err := os.Stat(filepath.Join(second.WorkspaceDir("t", session), "stale.txt")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the leftover's file is still there: %v", err)
+	}
+	_, err = second.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: session, Epoch: 3})
+	wantCode(t, "Create over a live sandbox", err, errcode.AlreadyExists)
+}

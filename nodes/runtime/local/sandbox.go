@@ -23,6 +23,7 @@ const (
 
 // Sandbox is one local sandbox. Its methods are safe for concurrent use.
 type Sandbox struct {
+	release    func()            // tells the runtime the session directory is free
 	sessionDir string            // <Dir>/<tenant>/<session>, removed by Shutdown
 	dir        string            // host path of the workspace
 	vroot      string            // the workspace root as absolute workspace paths name it
@@ -99,6 +100,7 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	if err := removeTree(s.sessionDir); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "remove sandbox directory")
 	}
+	s.release()
 	return werr
 }
 

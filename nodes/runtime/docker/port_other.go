@@ -1,0 +1,15 @@
+//go:build !linux
+
+package docker
+
+import (
+	"context"
+	"net"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// DialPort needs Linux network namespaces.
+func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	return nil, errcode.New(errcode.InvalidState, "forwarding a port into a container needs Linux")
+}
