@@ -19,15 +19,16 @@ func (s *Scheduler) handleResume(ctx context.Context, m *nats.Msg) {
 	if !ok {
 		return
 	}
+	ctx, span := s.startSpan(ctx, "resume", tenant, r.SessionID, req)
 	st, err := s.session(ctx, tenant, r.SessionID)
 	if err != nil {
-		s.respond(m, commands.ErrorReply(err))
+		s.respondSpan(m, span, commands.ErrorReply(err))
 		return
 	}
 	switch st.Status {
 	case projection.StatusCreating, projection.StatusFailed:
-		s.respond(m, commands.ErrorReply(errcode.New(errcode.InvalidState, "session %s is %s", r.SessionID, st.Status)))
+		s.respondSpan(m, span, commands.ErrorReply(errcode.New(errcode.InvalidState, "session %s is %s", r.SessionID, st.Status)))
 		return
 	}
-	s.respond(m, s.place(ctx, st.Runtime, "resume", tenant, forward(req, commands.ResumePlacement{Tenant: tenant, SessionID: r.SessionID, SecretEnv: r.SecretEnv})))
+	s.respondSpan(m, span, s.place(ctx, want{st.Runtime, st.NodeLabels}, "resume", tenant, forward(req, commands.ResumePlacement{Tenant: tenant, SessionID: r.SessionID, SecretEnv: r.SecretEnv, Empty: r.Empty})))
 }

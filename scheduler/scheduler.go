@@ -8,6 +8,7 @@ import (
 	"github.com/paddock-dev/paddock/auth"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,11 +16,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/tracing"
 )
 
 // QueueGroup is the queue group schedulers share.
@@ -43,11 +47,41 @@ type Config struct {
 	// placements since, so with several engines each may admit up to the
 	// limit between two heartbeats.
 	TenantSessions int
+	// Name is this engine's name as the writer of the events it records
+	// (node_lost and the finishes a lost node left open): the events'
+	// node field, and what audit verify trusts its key for (default
+	// "engine"; engine serve uses its credentials' name).
+	Name string
+	// Signer signs the events the scheduler records (nil: a key made for
+	// this run, declared in each lost event it records).
+	Signer events.Signer
+	// Metrics records placements and rejections and reports the nodes as
+	// the scheduler sees them (nil: none; *metrics.Metrics is one).
+	Metrics Recorder
+	// LostCheck is how often the scheduler looks for nodes silent past
+	// NodeTTL (default 1s); a negative value turns loss detection off.
+	LostCheck time.Duration
+	// AutoResume resumes the sessions of a lost node on nodes that are up,
+	// from their last snapshots (engine serve --auto-resume lost).
+	AutoResume bool
+	// LostSweep is, with AutoResume, how often the scheduler looks for
+	// lost sessions that no resume followed (their engine died before it
+	// resumed them, or every try failed) and resumes them (default 30s).
+	LostSweep time.Duration
+	// TracerProvider makes a span for every create, resume, lookup and
+	// delete the scheduler handles, whose trace context travels on to the
+	// node (nil: tracing off; see package tracing).
+	TracerProvider trace.TracerProvider
 }
 
 // Validate checks the config.
 func (c Config) Validate() error {
-	if c.NodeTTL < 0 || c.WaitForNode < 0 || c.ForwardTimeout < 0 {
+	if c.Name != "" {
+		if err := commands.CheckToken("engine name", c.Name); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+	}
+	if c.NodeTTL < 0 || c.WaitForNode < 0 || c.ForwardTimeout < 0 || c.LostSweep < 0 {
 		return errors.New("scheduler: negative duration")
 	}
 	if c.TenantSessions < 0 {
@@ -69,12 +103,26 @@ func (c Config) withDefaults() Config {
 	if c.ForwardTimeout == 0 {
 		c.ForwardTimeout = 2 * time.Minute
 	}
+	if c.Name == "" {
+		c.Name = "engine"
+	}
+	if c.LostCheck == 0 {
+		c.LostCheck = time.Second
+	}
+	if c.LostSweep == 0 {
+		c.LostSweep = 30 * time.Second
+	}
 	return c
 }
 
 type nodeRecord struct {
 	info     nodes.Info
 	lastSeen time.Time
+	lost     bool // declared lost since lastSeen
+	// recorded: its lost event for lastSeen is appended, but sessions
+	// another node was taking over were left to that node, to be looked
+	// at again (lost is set once none is left).
+	recorded bool
 }
 
 // Scheduler places new sessions on nodes. Start it, then Close it.
@@ -84,6 +132,7 @@ type Scheduler struct {
 	logger *slog.Logger
 	cfg    Config
 	subj   commands.Subjects
+	tracer *tracing.Tracer
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -91,15 +140,26 @@ type Scheduler struct {
 
 	stats struct {
 		projected, folds atomic.Int64 // session reads answered from KV, from a fold
+		sweeps           atomic.Int64 // lost-session sweeps done
 	}
 
-	mu      sync.Mutex         // guards the fields below
-	kv      jetstream.KeyValue // the sessions projection, once opened
-	nodes   map[string]nodeRecord
+	mu    sync.Mutex         // guards the fields below
+	kv    jetstream.KeyValue // the sessions projection, once opened
+	nodes map[string]nodeRecord
+	// heard is when the scheduler last heard any node's heartbeat.
+	heard   time.Time
 	placing map[string]int // placements in flight, by tenant
-	changed chan struct{}  // closed and replaced on every heartbeat
-	subs    []*nats.Subscription
-	closed  bool
+	// resumeSem bounds the auto-resumes in flight.
+	resumeSem chan struct{}
+	// resuming are the sessions this engine is auto-resuming now.
+	resuming map[sessionKey]bool
+	// swept are the lost sessions the sweep leaves alone until a time
+	// (one that cannot come back without its client, one whose resume
+	// failed for good), so that it does not retry or log them every round.
+	swept map[sessionKey]time.Time
+	changed   chan struct{} // closed and replaced on every heartbeat
+	subs      []*nats.Subscription
+	closed    bool
 }
 
 // New returns a scheduler on nc that reads session events through log.
@@ -111,17 +171,36 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger) (*Sche
 		logger = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
+	signer := cfg.Signer
+	if signer == nil {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: signing key: %w", err)
+		}
+		signer = kp
+	}
+	log, err := log.Signed(signer)
+	if err != nil {
+		return nil, err
+	}
 	return &Scheduler{
 		nc: nc, log: log, logger: logger, cfg: cfg,
-		subj:    commands.Subjects{Prefix: cfg.Prefix},
-		nodes:   map[string]nodeRecord{},
-		placing: map[string]int{},
-		changed: make(chan struct{}),
+		subj:      commands.Subjects{Prefix: cfg.Prefix},
+		tracer:    tracing.New(cfg.TracerProvider),
+		nodes:     map[string]nodeRecord{},
+		placing:   map[string]int{},
+		changed:   make(chan struct{}),
+		resumeSem: make(chan struct{}, 4),
+		resuming:  map[sessionKey]bool{},
+		swept:     map[sessionKey]time.Time{},
 	}, nil
 }
 
 // Start subscribes and asks every node to announce itself.
 func (s *Scheduler) Start(ctx context.Context) error {
+	if err := s.watch(); err != nil {
+		return err
+	}
 	// Handlers run under the scheduler's own context, cancelled by Close.
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	type sub struct {
@@ -133,6 +212,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		{s.subj.CreateAll(), QueueGroup, s.async(s.handleCreate)},
 		{s.subj.LookupAll(), QueueGroup, s.async(s.handleLookup)},
 		{s.subj.ResumeAll(), QueueGroup, s.async(s.handleResume)},
+		{s.subj.DeleteAll(), QueueGroup, s.async(s.handleDelete)},
 	} {
 		ns, err := s.nc.QueueSubscribe(x.subj, x.queue, x.fn)
 		if err != nil {
@@ -150,6 +230,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if err := s.nc.Publish(s.subj.Announce(), nil); err != nil {
 		s.Close()
 		return fmt.Errorf("scheduler: announce: %w", err)
+	}
+	if s.cfg.LostCheck > 0 {
+		s.loadKnownNodes(ctx)
+		s.wg.Add(1)
+		go s.watchLoss()
 	}
 	return nil
 }
@@ -175,19 +260,23 @@ func (s *Scheduler) Close() {
 }
 
 func (s *Scheduler) async(h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
-	return func(m *nats.Msg) {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return
-		}
-		s.wg.Add(1)
+	return func(m *nats.Msg) { s.spawn(func() { h(tracing.Extract(s.ctx, m.Header), m) }) }
+}
+
+// spawn runs fn on a goroutine Close waits for, unless the scheduler is
+// closed.
+func (s *Scheduler) spawn(fn func()) {
+	s.mu.Lock()
+	if s.closed {
 		s.mu.Unlock()
-		go func() {
-			defer s.wg.Done()
-			h(s.ctx, m)
-		}()
+		return
 	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
 }
 
 func (s *Scheduler) handleHeartbeat(m *nats.Msg) {
@@ -203,7 +292,8 @@ func (s *Scheduler) handleHeartbeat(m *nats.Msg) {
 		return
 	}
 	s.mu.Lock()
-	s.nodes[info.Node] = nodeRecord{info: info, lastSeen: time.Now()}
+	s.heard = time.Now()
+	s.nodes[info.Node] = nodeRecord{info: info, lastSeen: s.heard}
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
@@ -215,6 +305,10 @@ func (s *Scheduler) handleHeartbeat(m *nats.Msg) {
 func (s *Scheduler) Reads() (projected, folded int64) {
 	return s.stats.projected.Load(), s.stats.folds.Load()
 }
+
+// Sweeps says how many times the scheduler has looked through the
+// sessions for lost ones to resume (with AutoResume).
+func (s *Scheduler) Sweeps() int64 { return s.stats.sweeps.Load() }
 
 // Nodes returns the nodes the scheduler counts as up, sorted by id.
 func (s *Scheduler) Nodes() []nodes.Info {
@@ -230,15 +324,53 @@ func (s *Scheduler) Nodes() []nodes.Info {
 	return out
 }
 
-// pick returns the least loaded suitable node, skipping those in tried.
-func (s *Scheduler) pick(runtime string, tried map[string]bool) (nodes.Info, bool) {
+// want is what a placement asks of a node: a runtime ("" any) and labels
+// the node must carry.
+type want struct {
+	runtime string
+	labels  map[string]string
+}
+
+func (w want) String() string {
+	what := "any runtime"
+	if w.runtime != "" {
+		what = "runtime " + w.runtime
+	}
+	if len(w.labels) > 0 {
+		keys := make([]string, 0, len(w.labels))
+		for k, v := range w.labels {
+			keys = append(keys, k+"="+v)
+		}
+		sort.Strings(keys)
+		what += " and labels " + strings.Join(keys, ",")
+	}
+	return what
+}
+
+// fits reports whether node n can take the placement: it is not
+// cordoned, has room, offers the runtime and carries every label.
+func (w want) fits(n nodes.Info) bool {
+	if n.Cordoned || n.Sessions >= n.Capacity {
+		return false
+	}
+	if w.runtime != "" && !contains(n.Runtimes, w.runtime) {
+		return false
+	}
+	for k, v := range w.labels {
+		if got, ok := n.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// pick returns the least loaded node (sessions over capacity) among those
+// that are up and fit w, skipping those in tried.
+func (s *Scheduler) pick(w want, tried map[string]bool) (nodes.Info, bool) {
 	var best nodes.Info
 	found := false
 	for _, n := range s.Nodes() {
-		if tried[n.Node] || n.Sessions >= n.Capacity {
-			continue
-		}
-		if runtime != "" && !contains(n.Runtimes, runtime) {
+		if tried[n.Node] || !w.fits(n) {
 			continue
 		}
 		if !found || n.Sessions*best.Capacity < best.Sessions*n.Capacity {
@@ -249,14 +381,14 @@ func (s *Scheduler) pick(runtime string, tried map[string]bool) (nodes.Info, boo
 }
 
 // await waits up to the configured bound for a suitable node.
-func (s *Scheduler) await(ctx context.Context, runtime string, tried map[string]bool) (nodes.Info, bool) {
+func (s *Scheduler) await(ctx context.Context, w want, tried map[string]bool) (nodes.Info, bool) {
 	deadline := time.NewTimer(s.cfg.WaitForNode)
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
 		changed := s.changed
 		s.mu.Unlock()
-		if n, ok := s.pick(runtime, tried); ok {
+		if n, ok := s.pick(w, tried); ok {
 			return n, true
 		}
 		select {
@@ -336,13 +468,14 @@ func (s *Scheduler) handleCreate(ctx context.Context, m *nats.Msg) {
 		id = uuid.NewString()
 	}
 	spec.SessionID = ""
+	ctx, span := s.startSpan(ctx, "create", tenant, id, req)
 	release, err := s.reserve(tenant)
 	if err != nil {
-		s.respond(m, commands.ErrorReply(err))
+		s.respondSpan(m, span, commands.ErrorReply(err))
 		return
 	}
 	defer release()
-	s.respond(m, s.place(ctx, spec.Runtime, "create", tenant, forward(req, commands.Placement{Tenant: tenant, SessionID: id, Spec: spec})))
+	s.respondSpan(m, span, s.place(ctx, want{spec.Runtime, spec.NodeLabels}, "create", tenant, forward(req, commands.Placement{Tenant: tenant, SessionID: id, Spec: spec})))
 }
 
 // forward re-encodes req with args for a node: the scheduler speaks its
@@ -354,27 +487,23 @@ func forward(req commands.Request, args any) []byte {
 	return body
 }
 
-// place sends body to the node op subject of a node that is up with the
+// placeOnNode sends body to the node op subject of a node that is up with the
 // runtime and room, trying another when one turns out gone or full, and
 // returns the node's reply (or an error reply).
-func (s *Scheduler) place(ctx context.Context, runtime, op, tenant string, body []byte) []byte {
+func (s *Scheduler) placeOnNode(ctx context.Context, w want, op, tenant string, body []byte) []byte {
 	tried := map[string]bool{}
 	var full []byte // the last no_capacity reply of a node
 	for attempt := 0; attempt < 3; attempt++ {
-		n, ok := s.await(ctx, runtime, tried)
+		n, ok := s.await(ctx, w, tried)
 		if !ok && full != nil {
 			return full // the nodes tried were full, or the tenant at its share of them
 		}
 		if !ok {
-			what := "any runtime"
-			if runtime != "" {
-				what = "runtime " + runtime
-			}
-			return commands.ErrorReply(errcode.New(errcode.NoCapacity, "no node is up with %s and room for a session", what))
+			return commands.ErrorReply(errcode.New(errcode.NoCapacity, "no node is up, not cordoned, with %s and room for a session", w))
 		}
 		tried[n.Node] = true
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.ForwardTimeout)
-		reply, err := s.nc.RequestWithContext(fctx, s.subj.Node(n.Node, op), body)
+		reply, err := s.nc.RequestMsgWithContext(fctx, &nats.Msg{Subject: s.subj.Node(n.Node, op), Header: tracing.Inject(fctx, nil), Data: body})
 		cancel()
 		if errors.Is(err, nats.ErrNoResponders) {
 			s.forgetNode(n.Node) // the node is gone; try another
@@ -409,9 +538,14 @@ func (s *Scheduler) place(ctx context.Context, runtime, op, tenant string, body 
 	return commands.ErrorReply(errcode.New(errcode.Unavailable, "no node answered the %s", op))
 }
 
+// forgetNode stops placing on a node that did not answer until it
+// heartbeats again; its loss is declared NodeTTL after its last heartbeat.
 func (s *Scheduler) forgetNode(id string) {
 	s.mu.Lock()
-	delete(s.nodes, id)
+	if r, ok := s.nodes[id]; ok {
+		r.info.Status = "gone"
+		s.nodes[id] = r
+	}
 	s.mu.Unlock()
 }
 
@@ -457,6 +591,7 @@ func (s *Scheduler) reserve(tenant string) (release func(), err error) {
 		}
 	}
 	if held >= s.cfg.TenantSessions {
+		s.reject("create", errcode.QuotaExceeded)
 		return nil, errcode.New(errcode.QuotaExceeded, "tenant %s holds %d sessions across the deployment, its limit of %d; retry when one is deleted", tenant, held, s.cfg.TenantSessions)
 	}
 	s.placing[tenant]++
@@ -471,21 +606,22 @@ func (s *Scheduler) reserve(tenant string) (release func(), err error) {
 
 func (s *Scheduler) handleLookup(ctx context.Context, m *nats.Msg) {
 	var args commands.LookupArgs
-	tenant, _, ok := s.decodeTenant(m, &args)
+	tenant, req, ok := s.decodeTenant(m, &args)
 	if !ok {
 		return
 	}
+	ctx, span := s.startSpan(ctx, "lookup", tenant, args.SessionID, req)
 	res, err := s.Lookup(ctx, tenant, args.SessionID)
 	if err != nil {
-		s.respond(m, commands.ErrorReply(err))
+		s.respondSpan(m, span, commands.ErrorReply(err))
 		return
 	}
 	b, err := commands.ResultReply(res)
 	if err != nil {
-		s.respond(m, commands.ErrorReply(err))
+		s.respondSpan(m, span, commands.ErrorReply(err))
 		return
 	}
-	s.respond(m, b)
+	s.respondSpan(m, span, b)
 }
 
 // Lookup reports a session's status and node. A session with no events,
