@@ -119,3 +119,44 @@ func lockFile(p string) (func(), error) {
 	}
 	return func() { f.Close() }, nil // closing the file releases the lock
 }
+
+// PythonSandboxImage makes sure the sandbox image with Python
+// (docker.PythonImage) is on the engine, building it when it is not (see
+// docker.BuildPythonImage: debootstrap once per machine, then from the
+// cached root file system), and returns its tag. When it cannot be built
+// (no debootstrap, not root, no mirror) the test is skipped, or fails when
+// CI=true.
+func PythonSandboxImage(t testing.TB) string {
+	t.Helper()
+	cli := DockerClient(t)
+	imageMu.Lock()
+	defer imageMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	present := func() bool {
+		t.Helper()
+		_, err := cli.ImageInspect(ctx, docker.PythonImage)
+		if err != nil && !errdefs.IsNotFound(err) {
+			t.Fatalf("inspect %s: %v", docker.PythonImage, err)
+		}
+		return err == nil
+	}
+	if present() {
+		return docker.PythonImage
+	}
+	if unlock, err := lockFile(filepath.Join(os.TempDir(), "paddock-python-image.lock")); err != nil {
+		t.Logf("building without the lock file (two test binaries may both build): %v", err)
+	} else {
+		defer unlock()
+		if present() {
+			return docker.PythonImage
+		}
+	}
+	if err := docker.BuildPythonImage(ctx, cli, docker.PythonImage, docker.PythonImageConfig{}); err != nil {
+		if ci() {
+			t.Fatalf("CI=true but the Python sandbox image cannot be built: %v", err)
+		}
+		t.Skipf("cannot build the Python sandbox image: %v", err)
+	}
+	return docker.PythonImage
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/scheduler"
 	"github.com/paddock-dev/paddock/transfer"
 )
@@ -285,4 +286,23 @@ func startAgentOn(t testing.TB, nc *nats.Conn, cfg nodes.Config, rts ...runtime.
 		}
 	})
 	return a
+}
+
+// StartProjector starts the engine's projector on js (default config) and
+// closes it when the test ends.
+func StartProjector(t testing.TB, js jetstream.JetStream) *projector.Projector {
+	t.Helper()
+	p, err := projector.New(js, projector.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	return p
 }

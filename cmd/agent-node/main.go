@@ -37,8 +37,10 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
+	"github.com/paddock-dev/paddock/cmd/internal/metricsflags"
 	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
+	"github.com/paddock-dev/paddock/cmd/internal/tracingflags"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -65,6 +67,7 @@ type config struct {
 	drainTimeout     time.Duration
 	reapGrace        time.Duration
 	labels           string
+	exposeHost       string
 	zstdSnaps        bool
 	tenantConcurrent int
 	tenantSessions   int
@@ -89,10 +92,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&cfg.capture, "capture-output", 0, "capture up to N bytes of exec stdout/stderr in events (0: byte counts only)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for in-flight commands")
 	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
+	fs.StringVar(&cfg.exposeHost, "expose-host", "127.0.0.1", "IP the forwards of sessions' exposed ports listen on (0.0.0.0: the node's network)")
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "compress workspace snapshots with zstd (smaller for compressible workspaces)")
 	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
+	metricsFlags := metricsflags.Register(fs)
 	policy := policyflags.Register(fs)
+	traces := tracingflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	met, err := metricsFlags.Open()
+	if err != nil {
+		return err
+	}
+	if err := traces.Validate(); err != nil {
 		return err
 	}
 	pol, err := policy.Policy()
@@ -155,7 +168,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return rts, nil
 		}),
 		fx.Invoke(func(lc fx.Lifecycle, nc *nats.Conn, signer events.Signer, rts []runtime.Runtime) error {
+			metricsFlags.Serve(lc, met, logger)
 			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			tp, err := traces.Provider(ctx, lc, "paddock-node")
 			if err != nil {
 				return err
 			}
@@ -163,7 +181,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
-				CompressSnapshots: cfg.zstdSnaps, Signer: signer,
+				CompressSnapshots: cfg.zstdSnaps, Signer: signer, ExposeHost: cfg.exposeHost, Metrics: met, TracerProvider: tp,
 			}, logger, rts...)
 			if err != nil {
 				return err
@@ -171,6 +189,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			lc.Append(fx.Hook{OnStart: agent.Start, OnStop: agent.Close})
 			return nil
 		}),
+		// Started with, or before, the engine, a node waits this long for
+		// the events stream (nodes.Agent registers with retries).
+		fx.StartTimeout(2*time.Minute),
 		fx.StopTimeout(cfg.drainTimeout+5*time.Second),
 	)
 	if err := app.Err(); err != nil {

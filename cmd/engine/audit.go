@@ -35,6 +35,7 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 	allowUnsigned := fs.Bool("allow-unsigned", false, "accept unsigned events (histories written before nodes signed)")
 	nodeKeys := fs.String("node-keys", "", "JSON file {node: public key} of the keys issued to nodes (default: those of the auth store in --auth-dir)")
 	authDir := fs.String("auth-dir", auth.DirIn(auth.DefaultStateDir()), "auth store whose node keys to trust (engine serve's state dir/auth)")
+	wait := waitFlag(fs, "")
 	pos, rest, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
@@ -64,38 +65,54 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 		// the node events, not the whole stream.
 		filter = log.Subjects().Filter(g.who.Tenant, "", "")
 	}
-	info, err := log.StreamInfo(ctx)
+	issued, engines, keysFrom, err := trustedNodeKeys(*nodeKeys, *authDir)
 	if err != nil {
 		return err
 	}
-	issued, keysFrom, err := trustedNodeKeys(*nodeKeys, *authDir)
-	if err != nil {
-		return err
-	}
-	checker := audit.NewChecker(log.Subjects(), info.State.FirstSeq)
-	checker.SetTrust(audit.Trust{Issued: issued, RequireSigned: !*allowUnsigned})
-	check := func(m events.Msg) error {
-		checker.Check(m)
-		return nil
-	}
-	if filter != ">" {
-		// The nodes' registered events first: they say which key each node
-		// signs with.
-		if err := log.Read(ctx, events.ReadOptions{Filters: []string{log.Subjects().AllNodes()}, Consumer: g.consumer()}, check); err != nil {
+	var rep audit.Report
+	err = retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
+		info, err := log.StreamInfo(ctx)
+		if err != nil {
 			return err
 		}
-	}
-	if err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Consumer: g.consumer()}, check); err != nil {
+		checker := audit.NewChecker(log.Subjects(), info.State.FirstSeq)
+		checker.SetTrust(audit.Trust{Issued: issued, Engines: engines, RequireSigned: !*allowUnsigned})
+		check := func(m events.Msg) error {
+			checker.Check(m)
+			return nil
+		}
+		if filter != ">" {
+			// The nodes' registered events first: they say which key each
+			// node signs with.
+			if err := log.Read(ctx, events.ReadOptions{Filters: []string{log.Subjects().AllNodes()}, Consumer: g.consumer()}, check); err != nil {
+				return err
+			}
+		}
+		if err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Consumer: g.consumer()}, check); err != nil {
+			return err
+		}
+		rep = checker.Report()
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	rep := checker.Report()
 	if *session != "" && rep.Events == 0 {
 		return errcode.New(errcode.SessionNotFound, "no events of session %s in tenant %s", *session, g.tenant)
 	}
 	var recorded []replay.Problem
 	note := "the projection is not an auditor's to read: the events alone were checked"
 	if g.consumer() == "" {
-		recorded, note = projectorProblems(ctx, js, g.tenant, *session)
+		err := retryRead(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, *wait, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, projectionTry)
+			defer cancel()
+			var err error
+			recorded, note, err = projectorProblems(ctx, js, g.tenant, *session)
+			return err
+		})
+		if err != nil {
+			recorded, note = nil, fmt.Sprintf("the projection cannot be read: %v", err)
+		}
 	}
 
 	failures := len(recorded)
@@ -145,42 +162,53 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 	return nil
 }
 
-// trustedNodeKeys returns the keys issued to nodes: from file (JSON
-// {node: key}) when given, else from the auth store in dir when it exists
-// (none otherwise), and says where they came from.
-func trustedNodeKeys(file, dir string) (map[string]string, string, error) {
+// trustedNodeKeys returns the keys issued to the writers of events (nodes
+// and engines): from file (JSON {name: key}) when given, else from the auth
+// store in dir when it exists (none otherwise), and says where they came
+// from. The store also says which writers are engines (nil otherwise).
+func trustedNodeKeys(file, dir string) (map[string]string, map[string]bool, string, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys")
+			return nil, nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys")
 		}
 		var keys map[string]string
 		if err := json.Unmarshal(b, &keys); err != nil {
-			return nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys "+file+" is not a JSON object of node ids to keys")
+			return nil, nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys "+file+" is not a JSON object of node ids to keys")
 		}
-		return keys, "issued, from " + file, nil
+		return keys, nil, "issued, from " + file, nil
 	}
 	st := auth.Open(dir)
 	if !st.Exists() {
-		return nil, "as the nodes registered them (no auth store at " + dir + " says which keys were issued)", nil
+		return nil, nil, "as the nodes registered them (no auth store at " + dir + " says which keys were issued)", nil
 	}
 	keys, err := st.NodeKeys()
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	return keys, "issued, from the auth store at " + dir, nil
+	ids, err := st.Identities()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	engines := map[string]bool{}
+	for _, id := range ids {
+		if id.Role == auth.RoleEngine || id.Role == auth.RoleAdmin {
+			engines[id.Name] = true
+		}
+	}
+	return keys, engines, "issued, from the auth store at " + dir, nil
 }
 
 // projectorProblems returns the problems the projector recorded in its
 // records (one session's, or all), or a note saying why there are none to
-// show.
-func projectorProblems(ctx context.Context, js jetstream.JetStream, tenant, session string) ([]replay.Problem, string) {
+// show, or the error that kept it from reading them.
+func projectorProblems(ctx context.Context, js jetstream.JetStream, tenant, session string) ([]replay.Problem, string, error) {
 	kv, err := js.KeyValue(ctx, projector.SessionsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, "no projection to check (no projector has run)"
+		return nil, "no projection to check (no projector has run)", nil
 	}
 	if err != nil {
-		return nil, fmt.Sprintf("the projection cannot be read: %v", err)
+		return nil, "", err
 	}
 	filter := ">"
 	if session != "" {
@@ -189,7 +217,7 @@ func projectorProblems(ctx context.Context, js jetstream.JetStream, tenant, sess
 	set := projection.NewSet()
 	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, filter)
 	if err != nil {
-		return nil, fmt.Sprintf("the projection cannot be read: %v", err)
+		return nil, "", err
 	}
 	set.Sessions = recs
 	if session == "" {
@@ -204,5 +232,5 @@ func projectorProblems(ctx context.Context, js jetstream.JetStream, tenant, sess
 			}
 		}
 	}
-	return replay.Problems(set), ""
+	return replay.Problems(set), "", nil
 }

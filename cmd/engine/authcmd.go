@@ -1,12 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
 
 	"github.com/paddock-dev/paddock/auth"
+	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 )
 
 const authUsage = `usage:
@@ -36,6 +36,7 @@ func authCmd(args []string, stdout, stderr io.Writer) error {
 	jsonOut := fs.Bool("json", false, "print JSON")
 	listen := fs.String("listen", "0.0.0.0:4222", "server-config: the client listener")
 	storeDir := fs.String("store-dir", "/var/lib/nats/jetstream", "server-config: JetStream's directory")
+	maxStore := fs.String("max-store", "", "server-config: the server's JetStream store, e.g. 100g, which the engine splits among events, snapshots and projection (default: nats-server's, 75% of the free disk, which the engine cannot see)")
 	pos, rest, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
@@ -70,11 +71,16 @@ func authCmd(args []string, stdout, stderr io.Writer) error {
 	case sub == "rm" && len(pos) == 1:
 		return st.Remove(pos[0])
 	case sub == "server-config" && len(pos) == 0:
-		ids, err := st.Identities()
-		if err != nil {
-			return err
+		var store int64
+		if *maxStore != "" {
+			if store, err = bytesize.Parse(*maxStore); err != nil {
+				return err
+			}
+			if store == 0 {
+				return usageErr("--max-store 0: give a size, or leave the flag out for nats-server's default")
+			}
 		}
-		accounts, err := auth.ServerConfig(ids)
+		accounts, err := serverAccounts(*dir, store)
 		if err != nil {
 			return err
 		}
@@ -82,10 +88,8 @@ func authCmd(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		q, _ := json.Marshal(*storeDir)
-		fmt.Fprintf(stdout, "# nats-server config for Paddock (engine auth server-config).\nhost: %q\nport: %d\njetstream: {store_dir: %s}\n", host, port, q)
-		_, err = stdout.Write(accounts)
-		return err
+		conf := natsConf{Comment: "nats-server config for Paddock (engine auth server-config).", Host: host, Port: port, StoreDir: *storeDir, MaxStore: store}
+		return conf.write(stdout, accounts)
 	case sub == "node-keys" && len(pos) == 0:
 		keys, err := st.NodeKeys()
 		if err != nil {

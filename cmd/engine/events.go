@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
@@ -26,6 +28,7 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	fs := newFlagSet("events "+sub, stderr)
 	g.register(fs, base)
 	session := fs.String("session", "", "only this session's events")
+	wait := waitFlag(fs, "")
 	var (
 		op         = new(string)
 		since      = new(string)
@@ -87,17 +90,32 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		tenant = ""
 	}
 	filter := log.Subjects().Filter(tenant, *session, *op)
+	// A read that fails on a passing fault is tried again from the event
+	// after the last one printed (a durable consumer resumes by itself).
+	var last uint64
+	reached := func() uint64 { return last }
+	from := func() (uint64, time.Time) {
+		if last > 0 {
+			return last + 1, time.Time{}
+		}
+		return startSeq, startTime
+	}
 	if sub == "export" && *format == "sdk" {
-		return exportSDK(ctx, log, filter, g.consumer(), stdout, stderr)
+		return exportSDK(ctx, js, *wait, log, filter, g.consumer(), stdout, stderr)
 	}
 	if sub == "export" {
 		// The stored bytes, one event per line: the stream's own JSON.
-		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Consumer: g.consumer()}, func(m events.Msg) error {
-			_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
-			return err
-		})
+		return retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
+			seq, _ := from()
+			return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: seq, Consumer: g.consumer()}, func(m events.Msg) error {
+				_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
+				last = m.StreamSeq
+				return err
+			})
+		}, reached)
 	}
 	print := func(m events.Msg) error {
+		last = m.StreamSeq
 		if *jsonOut {
 			_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
 			return err
@@ -113,13 +131,19 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	if c := g.consumer(); c != "" && *durable != "" && *durable != c {
 		return errcode.New(errcode.PermissionDenied, "an auditor's durable consumer is named %s (its credentials allow no other)", c)
 	}
-	if *durable != "" {
-		err = log.ReadDurable(ctx, events.DurableOptions{
-			Name: *durable, Filters: []string{filter}, StartSeq: startSeq, StartTime: startTime, Follow: !*noFollow,
-		}, print)
-	} else {
-		err = log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: startSeq, StartTime: startTime, Follow: !*noFollow, Consumer: g.consumer()}, print)
-	}
+	err = retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
+		if *durable != "" {
+			seq, t := startSeq, startTime
+			if last > 0 {
+				seq, t = 0, time.Time{} // the consumer exists: it resumes
+			}
+			return log.ReadDurable(ctx, events.DurableOptions{
+				Name: *durable, Filters: []string{filter}, StartSeq: seq, StartTime: t, Follow: !*noFollow,
+			}, print)
+		}
+		seq, t := from()
+		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: seq, StartTime: t, Follow: !*noFollow, Consumer: g.consumer()}, print)
+	}, reached)
 	if errors.Is(err, context.Canceled) {
 		return nil // interrupted while following: a normal end
 	}
@@ -130,25 +154,22 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 // OpenAI Agents SDK's format (events.ToSDK) and says on stderr how many it
 // skipped and why: ops the SDK has no name for, and events it cannot
 // decode (another schema version).
-func exportSDK(ctx context.Context, log *events.Log, filter, consumer string, stdout, stderr io.Writer) error {
+func exportSDK(ctx context.Context, js jetstream.JetStream, wait time.Duration, log *events.Log, filter, consumer string, stdout, stderr io.Writer) error {
 	noOp := map[string]int{}
 	undecodable := 0
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
-	err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Consumer: consumer}, func(m events.Msg) error {
-		ev, err := m.Decode()
-		if err != nil {
-			undecodable++
-			fmt.Fprintf(stderr, "paddock: skipping undecodable event at stream seq %d: %v\n", m.StreamSeq, err)
-			return nil
+	var last uint64 // the last event handled: a retry starts after it
+	err := retryRead(ctx, js, "events stream", events.DefaultStream, wait, func(ctx context.Context) error {
+		opts := events.ReadOptions{Filters: []string{filter}, Consumer: consumer}
+		if last > 0 {
+			opts.StartSeq = last + 1
 		}
-		out, ok := events.ToSDK(ev)
-		if !ok {
-			noOp[ev.Op]++
-			return nil
-		}
-		return enc.Encode(out)
-	})
+		return log.Read(ctx, opts, func(m events.Msg) error {
+			last = m.StreamSeq
+			return exportSDKOne(m, enc, noOp, &undecodable, stderr)
+		})
+	}, func() uint64 { return last })
 	if err != nil {
 		return err
 	}
@@ -166,6 +187,22 @@ func exportSDK(ctx context.Context, log *events.Log, filter, consumer string, st
 		fmt.Fprintf(stderr, "paddock: skipped %d events this engine cannot decode\n", undecodable)
 	}
 	return nil
+}
+
+// exportSDKOne writes one event in the SDK's format, or counts why not.
+func exportSDKOne(m events.Msg, enc *json.Encoder, noOp map[string]int, undecodable *int, stderr io.Writer) error {
+	ev, err := m.Decode()
+	if err != nil {
+		*undecodable++
+		fmt.Fprintf(stderr, "paddock: skipping undecodable event at stream seq %d: %v\n", m.StreamSeq, err)
+		return nil
+	}
+	out, ok := events.ToSDK(ev)
+	if !ok {
+		noOp[ev.Op]++
+		return nil
+	}
+	return enc.Encode(out)
 }
 
 // parseSince reads --since: a stream sequence (digits), a time (RFC 3339)

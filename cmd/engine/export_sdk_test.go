@@ -119,37 +119,8 @@ func TestEventsExportSDK(t *testing.T) {
 // no python3 or no pysdk folder it skips, unless CI=true.
 func validateWithSDK(t *testing.T, file string) string {
 	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format+" (CI=true: the SDK check must run)", args...)
-		}
-		t.Skipf(format, args...)
-	}
-	// PADDOCK_PYTHON names the interpreter (.ci/run picks one with
-	// pydantic 2, which the SDK needs); else python3 on PATH.
-	python := os.Getenv("PADDOCK_PYTHON")
-	if python == "" {
-		var err error
-		if python, err = exec.LookPath("python3"); err != nil {
-			missing("no python3 on PATH to validate the export with the OpenAI Agents SDK")
-		}
-	}
-	if out, err := exec.Command(python, "-c", "import pydantic; assert pydantic.VERSION >= '2'").CombinedOutput(); err != nil {
-		missing("%s has no pydantic 2, which the OpenAI Agents SDK needs (set PADDOCK_PYTHON): %v %s", python, err, out)
-	}
-	pysdk := os.Getenv("PADDOCK_PYSDK")
-	if pysdk == "" {
-		root, err := moduleRootDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pysdk = filepath.Join(root, "..", "shared", "pysdk")
-	}
+	python, pysdk := pythonSDK(t)
 	src := filepath.Join(pysdk, "openai-agents", "src")
-	if _, err := os.Stat(filepath.Join(src, "agents", "sandbox", "session", "events.py")); err != nil {
-		missing("no OpenAI Agents SDK at %s (set PADDOCK_PYSDK to the pysdk folder): %v", pysdk, err)
-	}
 	script, err := filepath.Abs(filepath.Join("testdata", "validate_sdk_events.py"))
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +136,44 @@ func validateWithSDK(t *testing.T, file string) string {
 		t.Fatalf("the SDK's model refused the export: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	return strings.TrimSpace(stdout.String())
+}
+
+// pythonSDK returns a python3 with pydantic 2 (PADDOCK_PYTHON, else python3
+// on PATH) and the pysdk folder holding the OpenAI Agents SDK, nats.py and
+// pytest (PADDOCK_PYSDK, else ../shared/pysdk beside the module). When
+// either is missing the test is skipped, unless CI=true: then it fails.
+func pythonSDK(t *testing.T) (python, pysdk string) {
+	t.Helper()
+	missing := func(format string, args ...any) {
+		t.Helper()
+		if os.Getenv("CI") == "true" {
+			t.Fatalf(format+" (CI=true: the SDK checks must run)", args...)
+		}
+		t.Skipf(format, args...)
+	}
+	// .ci/run picks an interpreter with pydantic 2, which the SDK needs.
+	python = os.Getenv("PADDOCK_PYTHON")
+	if python == "" {
+		var err error
+		if python, err = exec.LookPath("python3"); err != nil {
+			missing("no python3 on PATH for the OpenAI Agents SDK")
+		}
+	}
+	if out, err := exec.Command(python, "-c", "import pydantic; assert pydantic.VERSION >= '2'").CombinedOutput(); err != nil {
+		missing("%s has no pydantic 2, which the OpenAI Agents SDK needs (set PADDOCK_PYTHON): %v %s", python, err, out)
+	}
+	pysdk = os.Getenv("PADDOCK_PYSDK")
+	if pysdk == "" {
+		root, err := moduleRootDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pysdk = filepath.Join(root, "..", "shared", "pysdk")
+	}
+	if _, err := os.Stat(filepath.Join(pysdk, "openai-agents", "src", "agents", "sandbox", "session", "events.py")); err != nil {
+		missing("no OpenAI Agents SDK at %s (set PADDOCK_PYSDK to the pysdk folder): %v", pysdk, err)
+	}
+	return python, pysdk
 }
 
 // moduleRootDir returns the directory holding go.mod, above the test's

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/paddock-dev/paddock/errcode"
@@ -153,5 +154,21 @@ func (f kvFlag) Set(s string) error {
 		return fmt.Errorf("want K=V, got %q", s)
 	}
 	f[k] = v
+	return nil
+}
+
+// portsFlag is a repeatable flag of TCP ports ("8080", or "8080,3000").
+type portsFlag []int
+
+func (p *portsFlag) String() string { return fmt.Sprint([]int(*p)) }
+
+func (p *portsFlag) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q is not a port (1 to 65535)", f)
+		}
+		*p = append(*p, n)
+	}
 	return nil
 }

@@ -35,11 +35,12 @@ Usage:
   engine sandbox rm ID PATH [-r] [-f]
   engine sandbox mkdir ID PATH [-p]
   engine sandbox running ID
+  engine sandbox port ID PORT [--json]         the address that reaches a port the create exposed (--expose)
   engine sandbox start|stop|shutdown|delete ID   stop persists the workspace first
   engine sandbox persist ID [--json]           snapshot the workspace; prints the snapshot id
   engine sandbox hydrate ID --from FILE.tar|- | --snapshot SNAP
                                                replace the workspace, all or nothing
-  engine sandbox resume ID [--secret-env K=V]... [--json]
+  engine sandbox resume ID [--secret-env K=V]... [--empty] [--json]
                                                bring a stopped, shut down or lost session back
   engine sandbox shell ID [-- CMD [ARG...]]    a terminal in the sandbox (default /bin/sh); exits with its code
   engine sandbox proc start ID [--tty] [--rows N --cols N] [--yield D] [--json] -- CMD [ARG...]
@@ -63,9 +64,27 @@ Usage:
   engine replay --verify                       compare the KV projection with the replay
   engine audit verify [--session ID] [--json]  hash chain, seq, one finish per start
   engine projector status [--json]             the projector's checkpoint and lag
-  engine status [--json]                       streams (replicas, leader, followers), nodes, projectors
+  engine node list [--json]                    the nodes: live ones from their heartbeats, the rest as recorded
+  engine node cordon|uncordon NODE             take a node out of placement, or put it back
+  engine node drain NODE [--json]              cordon, then move its sessions: stop (persist), shut down,
+                                               release, resume elsewhere; reports each session
+  engine status [--json]                       servers, streams (replicas, leader, followers, bytes
+                                               against their limits: warning at 80%), nodes, projectors
+  engine snapshot ls [SESSION] [--all-tenants] [--json]
+                                               workspace snapshots and their sizes
+  engine snapshot rm SESSION SNAPSHOT...|--all, rm --deleted [--all-tenants]
+                                               delete snapshots (of deleted sessions): frees the quota
+  engine gc [--dry-run] [--json] [--transfer-ttl D] [--deleted-retention D] [--snapshot-keep N]
+                                               one retention sweep: expired transfer objects, unfinished puts,
+                                               snapshots of deleted sessions, beyond the newest N (engine serve
+                                               sweeps every --gc-interval, 1h)
   engine image build-base [--tag T]            build the sandbox base image (needs busybox-static)
   engine auth add|ls|rm|server-config|node-keys  identities and credentials (engine auth -h)
+  engine cluster config --out DIR [--servers 3] [--host H] [--client-port 4222] [--route-port 6222]
+                                               a nats-server config per server of a cluster; prints the URLs
+  engine cluster wait [--replicas N] [--nodes N] [--timeout D]
+                                               wait until the servers, streams and nodes are up
+  engine nats-server -c FILE                   run a NATS server from a config file (SIGHUP reloads it)
 
 Global flags (before the command, or among a command's flags; not for serve):
   --server URL    NATS URL (env PADDOCK_URL, default nats://127.0.0.1:4222)
@@ -73,6 +92,9 @@ Global flags (before the command, or among a command's flags; not for serve):
   --creds FILE    credentials (env PADDOCK_CREDS; default: the admin credentials engine serve
                   wrote under its default state dir; "none" for a server without auth)
   --tls-ca FILE   CA of the server's TLS certificate (env PADDOCK_TLS_CA)
+
+The readers (audit verify, replay, events tail|export, sandbox list|inspect) wait up to --wait
+(default 30s) for JetStream and the stream they read to be ready, then say what they waited for.
 
 Run "engine COMMAND -h" for a command's flags.
 `
@@ -119,6 +141,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = imageCmd(ctx, args[1:], stdout, stderr)
 	case "auth":
 		err = authCmd(args[1:], stdout, stderr)
+	case "cluster":
+		err = clusterCmd(ctx, base, args[1:], stdout, stderr)
+	case "nats-server":
+		err = natsServerCmd(ctx, args[1:], stderr)
 	case "status":
 		err = statusCmd(ctx, base, args[1:], stdout, stderr)
 	case "replay":
@@ -127,6 +153,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = auditCmd(ctx, base, args[1:], stdout, stderr)
 	case "projector":
 		err = projectorCmd(ctx, base, args[1:], stdout, stderr)
+	case "node":
+		err = nodeCmd(ctx, base, args[1:], stdout, stderr)
+	case "snapshot":
+		err = snapshotCmd(ctx, base, args[1:], stdout, stderr)
+	case "gc":
+		err = gcCmd(ctx, base, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

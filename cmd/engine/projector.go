@@ -15,20 +15,35 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/storage"
 )
 
 // projectorModule runs the projector in `engine serve`: it folds the
 // events stream into the sbx_sessions and sbx_nodes buckets. Its start
 // hook comes after the one that ensures the stream (serve lists it after
 // that invoke), and it stops first.
-func projectorModule(cfg serveConfig) fx.Option {
+func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 	return fx.Module("projector",
-		fx.Invoke(func(lc fx.Lifecycle, js jetstream.JetStream, logger *slog.Logger) error {
+		fx.Invoke(func(lc fx.Lifecycle, js jetstream.JetStream, c conns, logger *slog.Logger) error {
 			p, err := projector.New(js, projector.Config{Name: projectorName(cfg.nodeID), Replicas: cfg.replicas}, logger)
 			if err != nil {
 				return err
 			}
-			lc.Append(fx.Hook{OnStart: p.Start, OnStop: p.Close})
+			if err := cfg.metrics.WatchProjector(p.Lag); err != nil {
+				return err
+			}
+			plan := storagePlan{replicas: cfg.replicas, asked: asked, embedded: c.maxStore}
+			lc.Append(fx.Hook{
+				// The buckets get their limits before the projector's
+				// setup, which runs in the background, ensures them too.
+				OnStart: func(ctx context.Context) error {
+					if err := plan.ensureBuckets(ctx, js, logger); err != nil {
+						return err
+					}
+					return p.Start(ctx)
+				},
+				OnStop: p.Close,
+			})
 			return nil
 		}),
 	)

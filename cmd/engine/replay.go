@@ -31,7 +31,7 @@ func replayCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	at := fs.String("at", "", "the state as of this stream sequence or RFC 3339 time")
 	session := fs.String("session", "", "print one session's history as a timeline (of --tenant)")
 	jsonOut := fs.Bool("json", false, "print JSON (with --session: the events as stored, one per line)")
-	wait := fs.Duration("wait", 30*time.Second, "with --verify: how long to wait for the projector to reach the stream's end")
+	wait := waitFlag(fs, "; with --verify, also for the projector to reach the stream's end")
 	pos, rest, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -67,9 +67,13 @@ func replayCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	defer closeConn()
 	log := events.NewLog(js, "", "")
 	if *session != "" {
-		return timeline(ctx, log, g.tenant, *session, opts, *jsonOut, stdout)
+		return timeline(ctx, js, *wait, log, g.tenant, *session, opts, *jsonOut, stdout)
 	}
-	res, err := replay.Rebuild(ctx, log, opts)
+	var res replay.Result
+	err = retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
+		res, err = replay.Rebuild(ctx, log, opts)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -84,11 +88,17 @@ func replayCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 
 // timeline prints one session's events up to opts' bound, then the state
 // they fold to and the problems met.
-func timeline(ctx context.Context, log *events.Log, tenant, id string, opts replay.Options, jsonOut bool, stdout io.Writer) error {
+func timeline(ctx context.Context, js jetstream.JetStream, wait time.Duration, log *events.Log, tenant, id string, opts replay.Options, jsonOut bool, stdout io.Writer) error {
 	opts.Filters = []string{log.Subjects().SessionFilter(tenant, id)}
 	var msgs []events.Msg
-	opts.Each = func(m events.Msg) { msgs = append(msgs, m) }
-	res, err := replay.Rebuild(ctx, log, opts)
+	var res replay.Result
+	err := retryRead(ctx, js, "events stream", events.DefaultStream, wait, func(ctx context.Context) error {
+		msgs = nil
+		opts.Each = func(m events.Msg) { msgs = append(msgs, m) }
+		var err error
+		res, err = replay.Rebuild(ctx, log, opts)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -183,11 +193,19 @@ func verifyProjection(ctx context.Context, js jetstream.JetStream, res replay.Re
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	b, err := projector.EnsureBuckets(ctx, js, projector.Config{})
+	// Opened, not ensured: a reader must not reset the buckets' replicas
+	// or limits to a default.
+	b, err := projector.OpenBuckets(ctx, js)
 	if err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "projection buckets")
 	}
-	rep, err := replay.Verify(ctx, b, res)
+	var rep replay.Report
+	err = retryRead(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, wait, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, projectionTry)
+		defer cancel()
+		rep, err = replay.Verify(ctx, b, res)
+		return err
+	})
 	if err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "verify")
 	}
@@ -196,6 +214,9 @@ func verifyProjection(ctx context.Context, js jetstream.JetStream, res replay.Re
 	}
 	for _, u := range rep.Unverifiable {
 		fmt.Fprintf(stdout, "unverifiable %s: the events stream no longer starts at its first event (retention dropped events before stream seq %d)\n", u, res.FirstSeq)
+	}
+	if rep.Reread > 0 {
+		fmt.Fprintf(stdout, "%d records read again from their bucket's leader: the first read showed them behind (a replica catching up)\n", rep.Reread)
 	}
 	if len(rep.Newer) > 0 {
 		fmt.Fprintf(stdout, "%d records took in events after stream seq %d and were not compared\n", len(rep.Newer), res.UpTo)

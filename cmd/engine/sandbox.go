@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -65,6 +67,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		env       = kvFlag{}
 		secretEnv = kvFlag{}
 		labels    = kvFlag{}
+		nodeLabel = kvFlag{}
 		runtime   string
 		image     string
 		cpus      float64
@@ -78,6 +81,8 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		mode      uint
 		lifetime  time.Duration
 		stream    bool
+		expose    portsFlag
+		idle      time.Duration
 	)
 	switch sub {
 	case "create":
@@ -86,10 +91,15 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		fs.Var(env, "env", "environment variable K=V (repeatable)")
 		fs.Var(secretEnv, "secret-env", "secret environment variable K=V, never recorded (repeatable)")
 		fs.Var(labels, "label", "label K=V (repeatable)")
+		fs.Var(nodeLabel, "node-label", "place only on a node with label K=V (agent-node --labels; repeatable)")
 		fs.Float64Var(&cpus, "cpus", 0, "CPU limit")
 		fs.StringVar(&memory, "memory", "", "memory limit, e.g. 512m or 2g")
 		fs.StringVar(&sessionID, "id", "", "session id (default: a new UUID)")
 		fs.DurationVar(&lifetime, "lifetime", 0, "shut the session down this long after its create (default: the operator's)")
+		fs.DurationVar(&idle, "idle-timeout", 0, "stop the session after this long with no operation and no running process (default: the operator's)")
+		fs.Var(&expose, "expose", "expose a port of the sandbox: engine sandbox port ID PORT gives its address (repeatable, or 8080,3000)")
+		fs.BoolVar(jsonOut, "json", false, "print the result as JSON")
+	case "port":
 		fs.BoolVar(jsonOut, "json", false, "print the result as JSON")
 	case "exec":
 		fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m)")
@@ -116,7 +126,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	want := map[string][2]int{ // min, max positional args
 		"create": {0, 0}, "exec": {1, 1}, "write": {2, 2}, "read": {2, 2}, "ls": {1, 2},
 		"rm": {2, 2}, "mkdir": {2, 2}, "running": {1, 1}, "start": {1, 1}, "stop": {1, 1},
-		"shutdown": {1, 1}, "delete": {1, 1},
+		"shutdown": {1, 1}, "delete": {1, 1}, "port": {2, 2},
 	}[sub]
 	if len(pos) < want[0] || len(pos) > want[1] {
 		return usageErr("sandbox %s takes %d to %d arguments, got %d (see engine help)", sub, want[0], want[1], len(pos))
@@ -134,7 +144,11 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	case "create":
 		spec := commands.CreateArgs{
 			SessionID: sessionID, Runtime: runtime, Image: image, Env: env, SecretEnv: secretEnv,
-			Labels: labels, CPUs: cpus, LifetimeS: int64(lifetime.Round(time.Second) / time.Second),
+			Labels: labels, NodeLabels: nodeLabel, CPUs: cpus, LifetimeS: int64(lifetime.Round(time.Second) / time.Second),
+			ExposedPorts: expose, IdleTimeoutS: int64((idle + time.Second - 1) / time.Second),
+		}
+		if idle < 0 {
+			return usageErr("--idle-timeout %s is negative", idle)
 		}
 		if lifetime > 0 && spec.LifetimeS == 0 {
 			spec.LifetimeS = 1
@@ -198,10 +212,14 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	case "write":
 		// Content streams: over the inline limit it goes through the
 		// workspace bucket in chunks.
-		_, err := c.WriteFrom(ctx, pos[0], pos[1], stdin, fs0(mode))
+		pr := startProgress(stderr, "write "+pos[1], true)
+		_, err := c.WriteFrom(ctx, pos[0], pos[1], pr.Reader(stdin), fs0(mode))
+		pr.done()
 		return err
 	case "read":
-		_, err := c.ReadTo(ctx, pos[0], pos[1], stdout)
+		pr := startProgress(stderr, "read "+pos[1], true)
+		_, err := c.ReadTo(ctx, pos[0], pos[1], pr.Writer(stdout))
+		pr.done()
 		return err
 	case "ls":
 		p := ""
@@ -224,6 +242,20 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		return c.Remove(ctx, pos[0], pos[1], recursive, force)
 	case "mkdir":
 		return c.Mkdir(ctx, pos[0], pos[1], parents)
+	case "port":
+		port, err := strconv.Atoi(pos[1])
+		if err != nil || port < 1 || port > 65535 {
+			return usageErr("sandbox port: %q is not a port (1 to 65535)", pos[1])
+		}
+		res, err := c.Port(ctx, pos[0], port)
+		if err != nil {
+			return err
+		}
+		if *jsonOut {
+			return printJSON(stdout, res)
+		}
+		fmt.Fprintln(stdout, net.JoinHostPort(res.Host, strconv.Itoa(res.Port)))
+		return nil
 	case "running":
 		ok, err := c.Running(ctx, pos[0])
 		if err != nil {

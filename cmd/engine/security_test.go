@@ -207,6 +207,14 @@ func hostileTenant(t *testing.T, start func(*testing.T) (string, *auth.Store)) {
 	}
 	code, _, errs = as(t, st, "aud-acme", url, "events", "tail", "--durable", "projector", "--no-follow")
 	wantCLIError(t, code, errs, "permission_denied")
+	// Nor may it remove snapshots, or sweep the workspace bucket; neither
+	// may a tenant's client.
+	for _, who := range []string{"aud-acme", "mallory"} {
+		for _, args := range [][]string{{"snapshot", "rm", "--deleted", "--all-tenants"}, {"gc"}} {
+			code, _, errs = as(t, st, who, url, args...)
+			wantCLIError(t, code, errs, "permission_denied")
+		}
+	}
 	code, out, errs = as(t, st, "aud-acme", url, "audit", "verify", "--auth-dir", st.Dir())
 	if code != 0 || !strings.Contains(out, "audit: 1 sessions") || !strings.Contains(out, "signed: node n1") {
 		t.Fatalf("acme's auditor's audit verify: exit %d\n%s%s", code, out, errs)

@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/paddock-dev/paddock/auth"
-	"github.com/paddock-dev/paddock/client"
-	"github.com/paddock-dev/paddock/transfer"
 	"io"
 	"log/slog"
 	"os"
@@ -16,17 +13,25 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
+	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/broker"
-	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
+	"github.com/paddock-dev/paddock/client"
+	"github.com/paddock-dev/paddock/cmd/internal/metricsflags"
 	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
+	"github.com/paddock-dev/paddock/cmd/internal/tracingflags"
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/metrics"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/retention"
 	"github.com/paddock-dev/paddock/scheduler"
+	"github.com/paddock-dev/paddock/storage"
+	"github.com/paddock-dev/paddock/transfer"
 )
 
 // serveConfig is what `engine serve` is told by its flags.
@@ -47,9 +52,17 @@ type serveConfig struct {
 	// tenantSessionsTotal bounds a tenant's sessions across all nodes
 	// (the scheduler's).
 	tenantSessionsTotal int
-	replicas            int
-	maxAge              time.Duration
-	maxBytes            string
+	// nodeTTL is how long a silent node counts as up before the engine
+	// declares it lost; autoResume is the policy for lost sessions.
+	nodeTTL    time.Duration
+	autoResume string
+	replicas   int
+	maxAge     time.Duration
+	storage    storageFlags
+	// gcEvery is how often the engine sweeps the workspace bucket with
+	// the retention policy (0: never).
+	gcEvery   time.Duration
+	retention retention.Policy
 	// noAuth runs the embedded server without authentication (loopback
 	// only); creds and nodeCreds are the engine's and the in-process
 	// node's credentials against an external server (--nats-url).
@@ -57,6 +70,9 @@ type serveConfig struct {
 	creds, nodeCreds string
 	tlsCert, tlsKey  string
 	tlsCA            string
+	// metrics is what the engine, its scheduler, projector and in-process
+	// node record into (nil: --metrics-addr not set).
+	metrics *metrics.Metrics
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -75,32 +91,58 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&cfg.tenantSessions, "tenant-sessions", 0, "most sessions of one tenant on the in-process node (default: its capacity)")
 	fs.IntVar(&cfg.tenantSessionsTotal, "tenant-sessions-total", 0, "most sessions of one tenant across all nodes (0: no limit but each node's)")
 	fs.IntVar(&cfg.capture, "capture-output", 0, "capture up to N bytes of exec stdout/stderr in events (0: byte counts only)")
+	fs.DurationVar(&cfg.nodeTTL, "node-ttl", 10*time.Second, "a node silent this long (no heartbeat) is declared lost: its open operations fail, its sessions become lost")
+	fs.StringVar(&cfg.autoResume, "auto-resume", "off", `"lost": resume a lost node's sessions (those with a snapshot) on nodes that are up; "off": leave them lost until resumed`)
 	fs.IntVar(&cfg.replicas, "replicas", 1, "replicas of the events stream and buckets (use 3 on a cluster)")
 	fs.DurationVar(&cfg.maxAge, "events-max-age", 0, "drop events older than this (0: keep forever)")
-	fs.StringVar(&cfg.maxBytes, "events-max-bytes", "", "bound the events stream's size, e.g. 10g (default: unbounded)")
+	cfg.storage.register(fs)
 	fs.BoolVar(&cfg.noAuth, "no-auth", false, "embedded server without authentication (refused unless --listen is loopback)")
 	fs.StringVar(&cfg.creds, "creds", os.Getenv("PADDOCK_CREDS"), "with --nats-url: the engine's credentials file (env PADDOCK_CREDS)")
 	fs.StringVar(&cfg.nodeCreds, "node-creds", "", "with --nats-url: the in-process node's credentials file")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "serve the embedded server's clients over TLS with this certificate (PEM)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
 	fs.StringVar(&cfg.tlsCA, "tls-ca", os.Getenv("PADDOCK_TLS_CA"), "with --nats-url: CA that signed the server's certificate (env PADDOCK_TLS_CA)")
+	fs.DurationVar(&cfg.gcEvery, "gc-interval", time.Hour, "sweep the workspace bucket this often with the retention flags (engine gc does one sweep; 0: never)")
+	retentionFlags := registerRetention(fs)
+	metricsFlags := metricsflags.Register(fs)
 	policy := policyflags.Register(fs)
+	traces := tracingflags.Register(fs)
 	if _, _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
+	met, err := metricsFlags.Open()
+	if err != nil {
+		return err
+	}
+	cfg.metrics = met
+	if cfg.retention, err = retentionFlags.policy(); err != nil {
+		return err
+	}
+	if cfg.gcEvery < 0 {
+		return usageErr("--gc-interval %s is negative", cfg.gcEvery)
+	}
 	if err := cfg.checkAuth(); err != nil {
 		return err
+	}
+	if err := traces.Validate(); err != nil {
+		return usageErr("--otlp-endpoint: %v", err)
 	}
 	pol, err := policy.Policy()
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	var maxBytes int64
-	if cfg.maxBytes != "" {
-		var err error
-		if maxBytes, err = bytesize.Parse(cfg.maxBytes); err != nil {
-			return err
-		}
+	maxStore, asked, err := cfg.storage.parse()
+	if err != nil {
+		return err
+	}
+	if maxStore > 0 && cfg.natsURL != "" {
+		return usageErr("--max-store sizes the embedded server's store; the server at --nats-url has its own (max_file_store)")
+	}
+	if cfg.autoResume != "off" && cfg.autoResume != "lost" {
+		return usageErr(`--auto-resume takes "off" or "lost", not %q`, cfg.autoResume)
+	}
+	if cfg.nodeTTL < 3*time.Second {
+		return usageErr("--node-ttl %s: at least 3s, longer than a missed heartbeat or two (nodes heartbeat every 2s; the default is 10s)", cfg.nodeTTL)
 	}
 	if err := runtimes.Check(cfg.runtime); err != nil {
 		return usageErr("%v", err)
@@ -115,6 +157,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	brokerCfg.MaxStore = maxStore
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	// clientURL is where clients reach the NATS server the engine uses;
@@ -123,24 +166,45 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	app := fx.New(
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.Supply(cfg, logger),
+		// The metrics endpoint starts first and stops last.
+		fx.Invoke(func(lc fx.Lifecycle) { metricsFlags.Serve(lc, cfg.metrics, logger) }),
 		fx.Provide(
 			func(lc fx.Lifecycle) (conns, error) { return connect(lc, cfg, brokerCfg, logger, &clientURL) },
 			func(c conns) *nats.Conn { return c.engine },
 			func(nc *nats.Conn) (jetstream.JetStream, error) { return jetstream.New(nc) },
 			func(js jetstream.JetStream) *events.Log { return events.NewLog(js, "", "") },
-			func(nc *nats.Conn, log *events.Log) (*scheduler.Scheduler, error) {
-				return scheduler.New(nc, log, scheduler.Config{TenantSessions: cfg.tenantSessionsTotal}, logger)
+			func(lc fx.Lifecycle) (trace.TracerProvider, error) { return traces.Provider(ctx, lc, "paddock-engine") },
+			func(c conns, nc *nats.Conn, log *events.Log, tp trace.TracerProvider) (*scheduler.Scheduler, error) {
+				return scheduler.New(nc, log, scheduler.Config{
+					TenantSessions: cfg.tenantSessionsTotal, NodeTTL: cfg.nodeTTL, AutoResume: cfg.autoResume == "lost",
+					Name: c.engineName, Signer: c.engineSigner, Metrics: cfg.metrics, TracerProvider: tp,
+				}, logger)
 			},
 		),
-		fx.Invoke(func(lc fx.Lifecycle, c conns, js jetstream.JetStream, sch *scheduler.Scheduler) error {
-			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
-				if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: cfg.replicas, MaxAge: cfg.maxAge, MaxBytes: maxBytes}); err != nil {
-					return err
-				}
-				_, err := objectstore.Ensure(ctx, js, objectstore.Config{Replicas: cfg.replicas})
+		fx.Invoke(func(lc fx.Lifecycle, c conns, js jetstream.JetStream, sch *scheduler.Scheduler, tp trace.TracerProvider) error {
+			plan := storagePlan{replicas: cfg.replicas, maxAge: cfg.maxAge, dropOldest: cfg.storage.dropOldest, asked: asked, embedded: c.maxStore}
+			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error { return plan.ensureStreams(ctx, js, logger) }})
+			mon, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: paddockStreams()}, logger)
+			if err != nil {
 				return err
-			}})
+			}
+			lc.Append(fx.Hook{OnStart: mon.Start, OnStop: mon.Close})
 			lc.Append(fx.StartStopHook(sch.Start, sch.Close))
+			if cfg.gcEvery > 0 {
+				sw := &sweeper{sessions: sessionRecords(js), policy: cfg.retention, every: cfg.gcEvery, logger: logger}
+				lc.Append(fx.Hook{
+					OnStart: func(ctx context.Context) error {
+						store, err := objectstore.Open(ctx, js, "")
+						if err != nil {
+							return err
+						}
+						sw.store = store
+						sw.start()
+						return nil
+					},
+					OnStop: func(context.Context) error { sw.close(); return nil },
+				})
+			}
 			var xfer *transfer.Service
 			lc.Append(fx.Hook{
 				OnStart: func(ctx context.Context) error {
@@ -148,7 +212,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 					if err != nil {
 						return err
 					}
-					xfer = transfer.New(c.engine, store, transfer.Config{}, logger)
+					xfer = transfer.New(c.engine, store.Metered(cfg.metrics), transfer.Config{}, logger)
 					return xfer.Start(ctx)
 				},
 				OnStop: func(context.Context) error {
@@ -173,7 +237,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			agent, err := nodes.New(c.node, events.NewLog(njs, "", ""), nodes.Config{
 				ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, CompressSnapshots: cfg.zstdSnaps,
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
-				Signer: c.nodeSigner,
+				Signer: c.nodeSigner, Metrics: cfg.metrics, TracerProvider: tp,
 			}, logger, rts...)
 			if err != nil {
 				return err
@@ -181,14 +245,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			lc.Append(fx.Hook{OnStart: agent.Start, OnStop: agent.Close})
 			return nil
 		}),
-		projectorModule(cfg),
-		fx.StartTimeout(30*time.Second),
+		projectorModule(cfg, asked),
+		fx.StartTimeout(startTimeout),
 		fx.StopTimeout(40*time.Second),
 	)
 	if err := app.Err(); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if err := app.Start(startCtx); err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -277,6 +341,28 @@ func (cfg serveConfig) brokerConfig() (broker.Config, error) {
 type conns struct {
 	engine, node *nats.Conn
 	nodeSigner   events.Signer
+	// engineName and engineSigner are the engine's identity and key as the
+	// writer of the events it records (node losses); without credentials
+	// the name is "engine" and the scheduler makes a key.
+	engineName   string
+	engineSigner events.Signer
+	// maxStore is the embedded server's JetStream store (0: not embedded).
+	maxStore int64
+}
+
+// engineIdentity takes the engine's name and signing key from its
+// credentials (none: "engine", and a key the scheduler makes).
+func (c *conns) engineIdentity(creds *auth.Creds) error {
+	c.engineName = "engine"
+	if creds == nil {
+		return nil
+	}
+	kp, err := creds.KeyPair()
+	if err != nil {
+		return err
+	}
+	c.engineName, c.engineSigner = creds.Name, kp
+	return nil
 }
 
 // checkAuth refuses an embedded server that would listen beyond loopback
@@ -347,7 +433,12 @@ func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Lo
 		nc, err := b.Connect(append(creds.Options(), nats.Name("paddock-"+name))...)
 		return nc, creds, err
 	}
-	if c.engine, _, err = inProcess("engine"); err != nil {
+	var engineCreds *auth.Creds
+	if c.engine, engineCreds, err = inProcess("engine"); err != nil {
+		closeAll()
+		return conns{}, err
+	}
+	if err := c.engineIdentity(engineCreds); err != nil {
 		closeAll()
 		return conns{}, err
 	}
@@ -364,6 +455,7 @@ func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Lo
 		}
 	}
 	*clientURL = b.ClientURL()
+	c.maxStore = b.MaxStore()
 	logger.Info("embedded NATS listening", "url", b.ClientURL(), "jetstream", bc.StoreDir, "sync_always", bc.SyncInterval == 0, "auth", store != nil)
 	if store != nil {
 		logger.Info("credentials", "admin", store.CredsPath("admin"), "client_default", store.CredsPath("client-default"), "auth_dir", store.Dir())
@@ -387,7 +479,12 @@ func connectExternal(lc fx.Lifecycle, cfg serveConfig) (conns, error) {
 	}
 	var c conns
 	var err error
-	if c.engine, _, err = dialAs("paddock-engine", cfg.creds); err != nil {
+	var engineCreds *auth.Creds
+	if c.engine, engineCreds, err = dialAs("paddock-engine", cfg.creds); err != nil {
+		return conns{}, err
+	}
+	if err := c.engineIdentity(engineCreds); err != nil {
+		c.engine.Close()
 		return conns{}, err
 	}
 	c.node = c.engine
@@ -450,3 +547,8 @@ func watchConfig(path string, b *broker.Broker, logger *slog.Logger) (stop func(
 		wg.Wait()
 	}
 }
+
+// startTimeout bounds the engine's start: on a cluster that has just
+// formed, or a loaded machine, JetStream may take a while to place the
+// streams (retrySetup tries again meanwhile).
+const startTimeout = 60 * time.Second

@@ -10,8 +10,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/paddock-dev/paddock/client"
+	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/projection"
+	"github.com/paddock-dev/paddock/projector"
 )
 
 // sandboxRead serves `sandbox list` and `sandbox inspect`, which read the
@@ -21,7 +25,8 @@ func sandboxRead(ctx context.Context, base globals, sub string, args []string, s
 	fs := newFlagSet("sandbox "+sub, stderr)
 	g.register(fs, base)
 	jsonOut := fs.Bool("json", false, "print JSON")
-	status := fs.String("status", "", "only sessions in this status (creating, running, stopped, shut_down, deleted, failed)")
+	status := fs.String("status", "", "only sessions in this status (creating, running, stopped, shut_down, lost, deleted, failed)")
+	wait := waitFlag(fs, "")
 	labels := kvFlag{}
 	all := new(bool)
 	if sub == "list" {
@@ -44,9 +49,9 @@ func sandboxRead(ctx context.Context, base globals, sub string, args []string, s
 	}
 	switch projection.Status(*status) {
 	case "", projection.StatusCreating, projection.StatusRunning, projection.StatusStopped,
-		projection.StatusShutDown, projection.StatusDeleted, projection.StatusFailed:
+		projection.StatusShutDown, projection.StatusLost, projection.StatusDeleted, projection.StatusFailed:
 	default:
-		return usageErr("--status %q is not one of creating, running, stopped, shut_down, deleted, failed", *status)
+		return usageErr("--status %q is not one of creating, running, stopped, shut_down, lost, deleted, failed", *status)
 	}
 	nc, c, err := dial(&g)
 	if err != nil {
@@ -56,8 +61,23 @@ func sandboxRead(ctx context.Context, base globals, sub string, args []string, s
 	if err := g.mayReadStream(); err != nil {
 		return err
 	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return errcode.Wrap(errcode.Unavailable, err, "jetstream")
+	}
+	read := func(fn func(context.Context) error) error {
+		return retryRead(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, *wait, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, projectionTry)
+			defer cancel()
+			return fn(ctx)
+		})
+	}
 	if sub == "inspect" {
-		rec, err := c.Inspect(ctx, pos[0])
+		var rec projection.SessionRecord
+		err := read(func(ctx context.Context) (err error) {
+			rec, err = c.Inspect(ctx, pos[0])
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -66,7 +86,11 @@ func sandboxRead(ctx context.Context, base globals, sub string, args []string, s
 		}
 		return printRecord(stdout, rec)
 	}
-	recs, err := c.Sessions(ctx, client.SessionFilter{Status: projection.Status(*status), Labels: labels})
+	var recs []projection.SessionRecord
+	err = read(func(ctx context.Context) (err error) {
+		recs, err = c.Sessions(ctx, client.SessionFilter{Status: projection.Status(*status), Labels: labels})
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -20,6 +21,7 @@ import (
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/storage"
 )
 
 // streamStatus is one of Paddock's streams as `engine status` shows it.
@@ -31,6 +33,12 @@ type streamStatus struct {
 	Messages  uint64           `json:"messages"`
 	Bytes     uint64           `json:"bytes"`
 	Missing   bool             `json:"missing,omitempty"`
+	// MaxBytes is the stream's limit (0: none) and UsedPercent the share
+	// of it in use; Warning says the stream is at storage.WarnPercent of
+	// its limit or more, and what happens when it is full.
+	MaxBytes    int64   `json:"max_bytes,omitempty"`
+	UsedPercent float64 `json:"used_percent,omitempty"`
+	Warning     string  `json:"warning,omitempty"`
 }
 
 type followerStatus struct {
@@ -43,9 +51,18 @@ type followerStatus struct {
 
 // statusReport is what `engine status` prints.
 type statusReport struct {
+	// Connected is the server the report was read from, Cluster its
+	// cluster ("" for a server outside one).
+	Connected string `json:"connected,omitempty"`
+	Cluster   string `json:"cluster,omitempty"`
+	// Servers hold the streams' replicas (see serversOf).
+	Servers    []serverStatus     `json:"servers,omitempty"`
 	Streams    []streamStatus     `json:"streams"`
 	Nodes      []nodes.Info       `json:"nodes"`
 	Projectors []projector.Status `json:"projectors"`
+	// Sessions counts every tenant's sessions by status, as the projection
+	// has them (absent when it cannot be read).
+	Sessions map[string]int `json:"sessions,omitempty"`
 }
 
 // statusCmd is `engine status`: the deployment at a glance: each stream's
@@ -73,18 +90,28 @@ func statusCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		return errcode.New(errcode.PermissionDenied, "%s is an auditor: status is for the engine's and admins' credentials", g.who.Name)
 	}
 	var rep statusReport
-	for _, name := range []string{events.DefaultStream, "KV_" + projector.SessionsBucket, "KV_" + projector.NodesBucket, "KV_" + projector.StateBucket, "OBJ_" + objectstore.DefaultBucket} {
+	for _, name := range paddockStreams() {
 		st, err := streamInfo(ctx, js, name)
 		if err != nil {
 			return err
 		}
 		rep.Streams = append(rep.Streams, st)
 	}
+	rep.Connected, rep.Cluster = js.Conn().ConnectedServerName(), js.Conn().ConnectedClusterName()
+	rep.Servers = serversOf(rep.Streams)
 	if rep.Nodes, err = heartbeats(ctx, js.Conn(), *wait); err != nil {
 		return err
 	}
 	if _, sts, err := projector.ReadStatus(ctx, js, events.DefaultStream); err == nil {
 		rep.Projectors = sts
+	}
+	// Every record is read: a status of a deployment of a million sessions
+	// takes a while (sandbox list --status reads one tenant's).
+	if recs, err := sessionRecords(js)(ctx); err == nil {
+		rep.Sessions = map[string]int{}
+		for _, r := range recs {
+			rep.Sessions[string(r.Status)]++
+		}
 	}
 	if *jsonOut {
 		return printJSON(stdout, rep)
@@ -106,6 +133,7 @@ func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (strea
 	}
 	info := s.CachedInfo()
 	st.Replicas, st.Messages, st.Bytes = info.Config.Replicas, info.State.Msgs, info.State.Bytes
+	storageStatus(&st, storage.UsageOf(info))
 	if c := info.Cluster; c != nil {
 		st.Leader = c.Leader
 		for _, r := range c.Replicas {
@@ -153,6 +181,18 @@ func heartbeats(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]nodes
 
 func printStatus(w io.Writer, rep statusReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if rep.Cluster != "" {
+		fmt.Fprintf(tw, "connected to %s of cluster %s\n\n", rep.Connected, rep.Cluster)
+		fmt.Fprintln(tw, "SERVER\tSTATE\tLEADS")
+		for _, s := range rep.Servers {
+			state := "online"
+			if s.Offline {
+				state = "offline"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, state, orDash(strings.Join(s.Leads, ", ")))
+		}
+		fmt.Fprintln(tw)
+	}
 	fmt.Fprintln(tw, "STREAM\tREPLICAS\tLEADER\tFOLLOWERS\tMESSAGES\tBYTES")
 	for _, s := range rep.Streams {
 		if s.Missing {
@@ -172,6 +212,7 @@ func printStatus(w io.Writer, rep statusReport) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\n", s.Name, s.Replicas, orDash(s.Leader), orDash(strings.Join(fl, ", ")), s.Messages, s.Bytes)
 	}
+	printStorage(tw, rep.Streams)
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "NODE\tSTATUS\tRUNTIMES\tSESSIONS\tCAPACITY")
 	for _, n := range rep.Nodes {
@@ -181,9 +222,63 @@ func printStatus(w io.Writer, rep statusReport) error {
 		fmt.Fprintln(tw, "(no node answered)")
 	}
 	fmt.Fprintln(tw)
+	if rep.Sessions != nil {
+		var parts []string
+		for _, st := range []string{"creating", "running", "stopped", "shut_down", "lost", "failed", "deleted"} {
+			if n := rep.Sessions[st]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", n, st))
+			}
+		}
+		fmt.Fprintf(tw, "SESSIONS\t%s\n\n", orDash(strings.Join(parts, ", ")))
+	}
 	fmt.Fprintln(tw, "PROJECTOR\tCHECKPOINT\tLAG")
 	for _, p := range rep.Projectors {
 		fmt.Fprintf(tw, "%s\t%d\t%d\n", p.Name, p.StreamSeq, p.Lag)
 	}
 	return tw.Flush()
+}
+
+// storageStatus fills in a stream's limit, the share of it in use and a
+// warning at storage.WarnPercent or more.
+func storageStatus(st *streamStatus, u storage.Usage) {
+	if u.MaxBytes <= 0 {
+		return
+	}
+	st.MaxBytes = u.MaxBytes
+	st.UsedPercent = math.Round(u.Percent()*10) / 10
+	if u.Warn() {
+		st.Warning = fmt.Sprintf("%.1f%% of its limit in use (warning at %d%%): when it is full %s", u.Percent(), storage.WarnPercent, atFull(st.Name, u))
+	}
+}
+
+// atFull says what happens when a stream of Paddock's is full.
+func atFull(name string, u storage.Usage) string {
+	switch {
+	case u.DropsOldest:
+		return "its oldest messages are dropped"
+	case name == events.DefaultStream:
+		return "no operation can be recorded (raise --events-max-bytes)"
+	case name == objectstore.StreamName(objectstore.DefaultBucket):
+		return "persists and transfers fail (engine snapshot rm frees space; or raise --objects-max-bytes)"
+	}
+	return "the projector stalls (raise --kv-max-bytes)"
+}
+
+// printStorage prints each stream's bytes against its limit.
+func printStorage(tw io.Writer, streams []streamStatus) {
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "STORAGE\tBYTES\tLIMIT\tUSED")
+	for _, s := range streams {
+		if s.Missing {
+			continue
+		}
+		limit, used := "-", "-"
+		if s.MaxBytes > 0 {
+			limit, used = fmt.Sprint(s.MaxBytes), fmt.Sprintf("%.1f%%", s.UsedPercent)
+		}
+		if s.Warning != "" {
+			used += " WARNING: " + s.Warning
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", s.Name, s.Bytes, limit, used)
+	}
 }

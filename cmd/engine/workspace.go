@@ -16,7 +16,7 @@ import (
 //	engine sandbox persist ID [--json]                 prints the snapshot id
 //	engine sandbox hydrate ID --from FILE.tar|-        replace the workspace with an archive
 //	engine sandbox hydrate ID --snapshot SNAP          ... or with one of its snapshots
-//	engine sandbox resume ID [--secret-env K=V]... [--json]
+//	engine sandbox resume ID [--secret-env K=V]... [--empty] [--json]
 func sandboxWorkspace(ctx context.Context, base globals, sub string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var g globals
 	fs := newFlagSet("sandbox "+sub, stderr)
@@ -26,6 +26,7 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 	snapshot := fs.String("snapshot", "", "hydrate: a snapshot id of the session")
 	secrets := kvFlag{}
 	fs.Var(secrets, "secret-env", "resume: secret environment variable K=V for a re-created sandbox (repeatable)")
+	empty := fs.Bool("empty", false, "resume: a session that has no snapshot (a lost one never persisted) comes back with an empty workspace")
 	pos, _, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -42,7 +43,9 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 	var result any
 	switch sub {
 	case "persist":
+		pr := startProgress(stderr, "persist", false)
 		snap, err := c.Persist(ctx, id)
+		pr.done()
 		if err != nil {
 			return err
 		}
@@ -57,7 +60,9 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 		}
 		var res commands.HydrateResult
 		if *snapshot != "" {
+			pr := startProgress(stderr, "hydrate", false)
 			res, err = c.Hydrate(ctx, id, commands.HydrateArgs{SnapshotID: *snapshot})
+			pr.done()
 		} else {
 			r := stdin
 			if *from != "-" {
@@ -68,7 +73,9 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 				defer f.Close()
 				r = f
 			}
-			res, err = c.HydrateFrom(ctx, id, r)
+			pr := startProgress(stderr, "hydrate", true)
+			res, err = c.HydrateFrom(ctx, id, pr.Reader(r))
+			pr.done()
 		}
 		if err != nil {
 			return err
@@ -83,15 +90,20 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 		if len(secrets) > 0 {
 			sec = secrets
 		}
-		res, err := c.Resume(ctx, id, sec)
+		pr := startProgress(stderr, "resume", false)
+		res, err := c.ResumeWith(ctx, id, commands.ResumeArgs{SecretEnv: sec, Empty: *empty})
+		pr.done()
 		if err != nil {
 			return err
 		}
 		result = res
 		if !*asJSON {
 			how := "workspace kept"
-			if res.Restored {
+			switch {
+			case res.Restored:
 				how = "restored from snapshot " + res.SnapshotID
+			case *empty && res.SnapshotID == "":
+				how = "no snapshot restored (a re-created sandbox starts empty)"
 			}
 			fmt.Fprintf(stdout, "%s on %s (epoch %d), %s\n", res.Status, res.Node, res.Epoch, how)
 			return nil

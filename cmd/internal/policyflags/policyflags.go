@@ -25,7 +25,15 @@ type Flags struct {
 	pids    int64
 	// defaultLife and maxLife are the session lifetimes.
 	defaultLife, maxLife time.Duration
+	// defaultIdle, maxIdle and retention are the idle timeouts and the
+	// stopped retention.
+	defaultIdle, maxIdle, retention time.Duration
 }
+
+// DefaultIdleTimeout is --idle-timeout's default: a session nobody has used
+// for half an hour is stopped (its workspace persisted; resume brings it
+// back), so that forgotten sandboxes do not hold a node's capacity.
+const DefaultIdleTimeout = 30 * time.Minute
 
 // Register adds the policy flags to fs.
 func Register(fs *flag.FlagSet) *Flags {
@@ -41,13 +49,17 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.Int64Var(&f.pids, "max-pids", 0, "most processes a create may ask (0: no bound)")
 	fs.DurationVar(&f.defaultLife, "default-lifetime", 0, "lifetime of a session whose create asks for none (0: --max-lifetime)")
 	fs.DurationVar(&f.maxLife, "max-lifetime", 0, "longest lifetime a create may ask; past its lifetime a session is shut down (0: no bound)")
+	fs.DurationVar(&f.defaultIdle, "idle-timeout", DefaultIdleTimeout, "stop (persisting first) a session with no operation and no running process for this long, unless its create asks otherwise (0: never)")
+	fs.DurationVar(&f.maxIdle, "max-idle-timeout", 0, "longest idle timeout a create may ask (0: no bound)")
+	fs.DurationVar(&f.retention, "stopped-retention", 0, "shut down a session stopped this long; its snapshots stay for a resume (0: never)")
 	return f
 }
 
 // Policy returns the policy the flags say, or an error naming a bad flag.
 func (f *Flags) Policy() (nodes.Policy, error) {
 	p := nodes.Policy{Images: f.images, AllowNetwork: f.network, AllowRoot: f.root, MaxCPUs: f.cpus, MaxPids: f.pids,
-		DefaultLifetime: f.defaultLife, MaxLifetime: f.maxLife}
+		DefaultLifetime: f.defaultLife, MaxLifetime: f.maxLife,
+		DefaultIdleTimeout: f.defaultIdle, MaxIdleTimeout: f.maxIdle, StoppedRetention: f.retention}
 	if f.memory != "" {
 		n, err := bytesize.Parse(f.memory)
 		if err != nil {

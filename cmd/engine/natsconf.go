@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/paddock-dev/paddock/auth"
+)
+
+// natsConf is one nats-server's configuration as Paddock writes it: a
+// client listener, JetStream on disk, optionally a place in a cluster,
+// and Paddock's accounts and users from an auth store. `engine auth
+// server-config` writes one; `engine cluster config` writes one per server.
+type natsConf struct {
+	// Comment is the first line of the file (without "# ").
+	Comment string
+	// ServerName names the server ("": nats-server picks one); every
+	// server of a JetStream cluster needs its own.
+	ServerName string
+	Host       string
+	Port       int
+	StoreDir   string
+	// SyncAlways fsyncs every JetStream write before its ack
+	// (sync_interval: always); false keeps nats-server's default.
+	SyncAlways bool
+	// MaxStore bounds the server's JetStream file store (max_file_store);
+	// 0 keeps nats-server's default, 75% of the disk's free space.
+	MaxStore int64
+	// Cluster, when set, is the server's route listener and its routes.
+	Cluster *natsClusterConf
+}
+
+// natsClusterConf is the cluster block of a natsConf.
+type natsClusterConf struct {
+	Name string
+	Host string
+	Port int
+	// Routes are nats-route://host:port URLs of every server of the
+	// cluster (a server ignores the route to itself).
+	Routes []string
+}
+
+// serverAccounts returns the accounts block for the identities of the
+// auth store in dir (auth.ServerConfigStore, the PADDOCK account's store
+// bounded to accountStore bytes, 0: unbounded): what every server of a
+// Paddock deployment must know, identically.
+func serverAccounts(dir string, accountStore int64) ([]byte, error) {
+	ids, err := auth.Open(dir).Identities()
+	if err != nil {
+		return nil, err
+	}
+	return auth.ServerConfigStore(ids, accountStore)
+}
+
+// write writes the config followed by accounts (from serverAccounts). A
+// name or path the config syntax cannot carry as a plain quoted string
+// is invalid_request, and nothing is written.
+func (c natsConf) write(w io.Writer, accounts []byte) error {
+	var b strings.Builder
+	str := func(field, v string) (string, error) { return confString(field, v) }
+	fmt.Fprintf(&b, "# %s\n", c.Comment)
+	if c.ServerName != "" {
+		s, err := str("server name", c.ServerName)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "server_name: %s\n", s)
+	}
+	host, err := str("host", c.Host)
+	if err != nil {
+		return err
+	}
+	store, err := str("store dir", c.StoreDir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "host: %s\nport: %d\n", host, c.Port)
+	js := "store_dir: " + store
+	if c.MaxStore > 0 {
+		js += fmt.Sprintf(", max_file_store: %d", c.MaxStore)
+	}
+	if c.SyncAlways {
+		js += ", sync_interval: always"
+	}
+	fmt.Fprintf(&b, "jetstream: {%s}\n", js)
+	if cl := c.Cluster; cl != nil {
+		name, err := str("cluster name", cl.Name)
+		if err != nil {
+			return err
+		}
+		listen, err := str("route listener", fmt.Sprintf("%s:%d", cl.Host, cl.Port))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "cluster: {\n  name: %s\n  listen: %s\n  routes: [\n", name, listen)
+		for _, r := range cl.Routes {
+			s, err := str("route", r)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "    %s\n", s)
+		}
+		b.WriteString("  ]\n}\n")
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	_, err = w.Write(accounts)
+	return err
+}
+
+// confString quotes v for a nats-server config. The config parser's
+// escapes differ from Go's and JSON's, so a value that would need one (a
+// quote, a backslash, a control character) is refused instead.
+func confString(field, v string) (string, error) {
+	if v == "" {
+		return "", usageErr("%s is empty", field)
+	}
+	for _, r := range v {
+		if r == '"' || r == '\\' || r < 0x20 || r == 0x7f {
+			return "", usageErr("%s %q: quotes, backslashes and control characters cannot go into a nats-server config", field, v)
+		}
+	}
+	return `"` + v + `"`, nil
+}
