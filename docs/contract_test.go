@@ -285,6 +285,7 @@ func eventDataTable() string {
 	var b strings.Builder
 	b.WriteString("| op | start data | finish data |\n|---|---|---|\n")
 	ops := append([]commands.Op{commands.OpCreate}, commands.SessionOps...)
+	ops = append(ops, commands.RecordedOps...)
 	for _, op := range ops {
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", op, dataFields(op, events.PhaseStart), dataFields(op, events.PhaseFinish))
 	}
