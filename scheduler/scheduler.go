@@ -156,10 +156,10 @@ type Scheduler struct {
 	// swept are the lost sessions the sweep leaves alone until a time
 	// (one that cannot come back without its client, one whose resume
 	// failed for good), so that it does not retry or log them every round.
-	swept map[sessionKey]time.Time
-	changed   chan struct{} // closed and replaced on every heartbeat
-	subs      []*nats.Subscription
-	closed    bool
+	swept   map[sessionKey]time.Time
+	changed chan struct{} // closed and replaced on every heartbeat
+	subs    []*nats.Subscription
+	closed  bool
 }
 
 // New returns a scheduler on nc that reads session events through log.
