@@ -81,6 +81,9 @@ type CreateArgs struct {
 	// reach: op port returns an address on the node for each. Exposing a
 	// port gives the sandbox no network: its egress stays as asked.
 	ExposedPorts []int `json:"exposed_ports,omitempty"`
+	// Egress (1.4) is the sandbox's outbound network policy (see Egress);
+	// absent, Network decides: open with it, none without.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // ManifestEntry is a file or directory a create materialises. The create
@@ -189,6 +192,14 @@ func (a *CreateArgs) Validate() error {
 	}
 	if err := checkExposedPorts(a.ExposedPorts); err != nil {
 		return err
+	}
+	if a.Egress != nil {
+		if err := a.Egress.Validate(); err != nil {
+			return err
+		}
+		if a.Network && a.Egress.Mode != "open" {
+			return errcode.New(errcode.InvalidRequest, "network true asks for egress open, and egress asks for %s: send one", a.Egress.Mode)
+		}
 	}
 	if a.Image != "" && (len(a.Image) > 255 || strings.ContainsFunc(a.Image, func(r rune) bool { return r <= ' ' || r == 0x7f })) {
 		return errcode.New(errcode.InvalidRequest, "image %q is longer than 255 bytes or has spaces or control characters", clip(a.Image, 64))

@@ -37,7 +37,7 @@ var SessionOps = []Op{OpStart, OpExec, OpRead, OpWrite, OpLs, OpRm, OpMkdir, OpR
 
 // RecordedOps are the ops that appear in sessions' histories but are
 // never sent: the node records proc_exit, the engine node_lost.
-var RecordedOps = []Op{OpProcExit, OpNodeLost}
+var RecordedOps = []Op{OpProcExit, OpNodeLost, OpEgress}
 
 // Known reports whether op is served on a session subject.
 func (op Op) Known() bool {

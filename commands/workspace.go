@@ -69,6 +69,11 @@ type ResumeArgs struct {
 	// it such a resume is invalid_state. A snapshot, when there is one, is
 	// restored all the same.
 	Empty bool `json:"empty,omitempty"`
+	// Egress (1.4), when given, is the session's egress policy from this
+	// resume on (recorded with it). A change to or from open needs a new
+	// sandbox: the resume of a session whose sandbox is still there
+	// refuses it (invalid_state); shut the session down first.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // Validate checks the resume arguments.
@@ -78,6 +83,11 @@ func (a *ResumeArgs) Validate() error {
 	}
 	if err := checkSecrets(a.SecretEnv); err != nil {
 		return err
+	}
+	if a.Egress != nil {
+		if err := a.Egress.Validate(); err != nil {
+			return err
+		}
 	}
 	return checkEnv(a.SecretEnv)
 }
@@ -100,6 +110,8 @@ type ResumeRequest struct {
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
 	// Empty is ResumeArgs.Empty.
 	Empty bool `json:"empty,omitempty"`
+	// Egress is ResumeArgs.Egress.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // Validate checks the request.
@@ -107,7 +119,7 @@ func (r *ResumeRequest) Validate() error {
 	if err := CheckToken("session_id", r.SessionID); err != nil {
 		return err
 	}
-	a := ResumeArgs{SecretEnv: r.SecretEnv}
+	a := ResumeArgs{SecretEnv: r.SecretEnv, Egress: r.Egress}
 	return a.Validate()
 }
 
@@ -119,4 +131,6 @@ type ResumePlacement struct {
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
 	// Empty is ResumeArgs.Empty.
 	Empty bool `json:"empty,omitempty"`
+	// Egress is ResumeArgs.Egress.
+	Egress *Egress `json:"egress,omitempty"`
 }

@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/paddock-dev/paddock/egress"
 	"time"
 
 	"github.com/paddock-dev/paddock/commands"
@@ -30,8 +31,11 @@ type CreateStart struct {
 	MemoryBytes   int64             `json:"memory_bytes,omitempty"`
 	WorkspaceRoot string            `json:"workspace_root"`
 	Network       bool              `json:"network,omitempty"`
-	User          string            `json:"user,omitempty"`
-	PidsLimit     int64             `json:"pids_limit,omitempty"`
+	// Egress (1.4) is the egress policy the create asked for (absent:
+	// Network decides, as before 1.4).
+	Egress    *commands.Egress `json:"egress,omitempty"`
+	User      string           `json:"user,omitempty"`
+	PidsLimit int64            `json:"pids_limit,omitempty"`
 	// MaxProcesses is the create's process limit (0: the node's).
 	MaxProcesses int `json:"max_processes,omitempty"`
 	// ExpiresAt is when the session's lifetime ends (none when absent):
@@ -214,6 +218,9 @@ type ResumeStart struct {
 	Placed        bool     `json:"placed,omitempty"`
 	// Empty: the resume was asked to start with an empty workspace.
 	Empty bool `json:"empty,omitempty"`
+	// Egress (1.4) is the egress policy the session has from this resume
+	// on, when the resume changed it.
+	Egress *commands.Egress `json:"egress,omitempty"`
 }
 
 // ResumeFinish is a resume's finish data: where the session runs now,
@@ -307,6 +314,23 @@ type ProcExitFinish struct {
 	Reason      string `json:"reason"`
 	OutputBytes int64  `json:"output_bytes"`
 }
+
+// EgressStart is the start data of egress, which the node records for
+// each connection a sandbox with the allow policy asks its egress proxy
+// for: what was asked, the decision, and (when records were being
+// dropped) how many refused connections went unrecorded since the last
+// record (see docs/security.md, "Egress").
+type EgressStart struct {
+	egress.Decision
+	// Unrecorded counts the refused connections the session's record
+	// budget dropped since its previous egress record.
+	Unrecorded int64 `json:"unrecorded,omitempty"`
+}
+
+// EgressFinish is the finish data of an allowed egress connection: the
+// bytes it carried each way. A refused one finishes failed, with
+// policy_denied and the reason.
+type EgressFinish = egress.Traffic
 
 // NodeLostStart is the start data of node_lost, which the engine records
 // on each session of a node it declared lost: the node, the session's
@@ -441,6 +465,11 @@ func NewData(op string, phase Phase) any {
 			return new(NodeLostStart)
 		}
 		return new(NodeLostFinish)
+	case commands.OpEgress:
+		if start {
+			return new(EgressStart)
+		}
+		return new(EgressFinish)
 	}
 	return nil
 }
