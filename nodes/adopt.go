@@ -136,6 +136,11 @@ func (a *Agent) adoptOne(ctx context.Context, fd runtime.Found, h history) error
 		}
 		return err
 	}
+	if s.getStatus() == projection.StatusRunning {
+		if err := a.openEgress(ctx, s, fd.Sandbox); err != nil {
+			a.logger.Warn("reattached session's egress proxy does not open; its sandbox reaches nothing", "tenant", s.tenant, "session", s.id, "err", err)
+		}
+	}
 	a.logger.Info("reattached session", "tenant", s.tenant, "session", s.id, "status", s.getStatus(), "seq", s.lastSeq())
 	return nil
 }

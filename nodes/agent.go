@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/egress"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -30,9 +31,11 @@ type Agent struct {
 	cfg      Config
 	cmdSubj  commands.Subjects
 	runtimes map[string]runtime.Runtime
-	order    []string // runtime names in preference order
-	ops      map[commands.Op]opDef
-	tracer   *tracing.Tracer
+	// egressG is what no egress policy reaches, made on first use (under mu).
+	egressG *egress.Guard
+	order   []string // runtime names in preference order
+	ops     map[commands.Op]opDef
+	tracer  *tracing.Tracer
 
 	// ctx is cancelled by Close once the drain bound has passed; in-flight
 	// operations run under it.
@@ -213,6 +216,7 @@ func (a *Agent) Close(ctx context.Context) error {
 	for _, s := range a.held() {
 		s.procs.end(pctx, "stopping with its node", ProcLost)
 		s.closePorts()
+		s.closeEgress()
 	}
 	pcancel()
 	a.cancel()
@@ -381,6 +385,7 @@ func (a *Agent) forget(s *session) {
 		_ = a.nc.Flush()
 	}
 	s.closePorts()
+	s.closeEgress()
 }
 
 func (a *Agent) respond(m *nats.Msg, data []byte) {

@@ -1,9 +1,11 @@
 package nodes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -105,6 +107,29 @@ type Config struct {
 	// Metrics records the node's operations, event appends, sessions and
 	// processes, and its object store bytes (nil: none).
 	Metrics *metrics.Metrics
+	// Egress configures the proxies of sessions with egress mode allow.
+	Egress EgressConfig
+}
+
+// EgressConfig configures the egress proxies (docs/security.md, "Egress").
+type EgressConfig struct {
+	// Port is where a sandbox reaches its proxy, on its own loopback
+	// (default 3128).
+	Port int
+	// RecordRate and RecordBurst are a session's budget of egress records
+	// (defaults 20 per second, bursts of 100). An allowed connection waits
+	// for the budget (every allowed connection is recorded); a refused one
+	// over the budget is counted, not recorded, and the count goes into
+	// the session's next egress record.
+	RecordRate  float64
+	RecordBurst int
+	// Refuse are destinations no policy opens, on top of the node's own
+	// addresses, link-local and metadata ones, and the networks of the
+	// runtimes' sandboxes.
+	Refuse []netip.Prefix
+	// Resolve looks names up for the proxies (default: the host's
+	// resolver). It is only asked for names an allow entry holds.
+	Resolve func(ctx context.Context, name string) ([]netip.Addr, error)
 }
 
 // Validate checks the config.
@@ -120,6 +145,9 @@ func (c Config) Validate() error {
 	}
 	if c.AppendPatience < 0 || c.HeartbeatInterval < 0 || c.DefaultExecTimeout < 0 || c.ReapGrace < 0 || c.ReapInterval < 0 || c.ExpiryInterval < 0 || c.ProcIdleTimeout < 0 {
 		return errors.New("nodes: negative interval")
+	}
+	if c.Egress.Port < 0 || c.Egress.Port > 65535 || c.Egress.RecordRate < 0 || c.Egress.RecordBurst < 0 {
+		return errors.New("nodes: egress port outside 0..65535, or a negative record budget")
 	}
 	if c.ExposeHost != "" && net.ParseIP(c.ExposeHost) == nil {
 		return fmt.Errorf("nodes: expose host %q is not an IP address", c.ExposeHost)
@@ -184,6 +212,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StreamIdleTimeout == 0 {
 		c.StreamIdleTimeout = 30 * time.Second
+	}
+	if c.Egress.Port == 0 {
+		c.Egress.Port = 3128
+	}
+	if c.Egress.RecordRate == 0 {
+		c.Egress.RecordRate = 20
+	}
+	if c.Egress.RecordBurst == 0 {
+		c.Egress.RecordBurst = 100
 	}
 	return c
 }

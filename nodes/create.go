@@ -74,7 +74,7 @@ func createRecord(spec commands.CreateArgs, rtName string) events.CreateStart {
 		Runtime: rtName, Image: spec.Image, Env: spec.Env, SecretEnvKeys: sortedKeys(spec.SecretEnv), Labels: spec.Labels, NodeLabels: spec.NodeLabels,
 		CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root, Epoch: 1,
 		Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit, MaxProcesses: spec.MaxProcesses,
-		ExposedPorts: spec.ExposedPorts,
+		ExposedPorts: spec.ExposedPorts, Egress: spec.Egress,
 	}
 	for _, e := range spec.Manifest {
 		r := events.ManifestRecord{Path: e.Path, Dir: e.Dir, Mode: e.Mode, Ephemeral: e.Ephemeral}
@@ -135,11 +135,18 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 		if err := a.cfg.Policy.checkCreate(spec, rtName); err != nil {
 			return outcome{}, err
 		}
+		if err := checkEgress(rt, commands.EffectiveEgress(spec.Network, spec.Egress)); err != nil {
+			return outcome{}, err
+		}
 		sb, err := rt.Create(ctx, s.spec)
 		if err != nil {
 			return outcome{}, err
 		}
 		if err := materialise(ctx, sb, spec.Manifest); err != nil {
+			_ = sb.Shutdown(context.WithoutCancel(ctx))
+			return outcome{}, err
+		}
+		if err := a.openEgress(ctx, s, sb); err != nil {
 			_ = sb.Shutdown(context.WithoutCancel(ctx))
 			return outcome{}, err
 		}

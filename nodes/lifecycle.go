@@ -26,14 +26,18 @@ func statusOutcome(s *session, st projection.Status) outcome {
 	return outcome{result: commands.StatusResult{Status: string(st)}, data: events.StatusFinish{Status: string(st)}}
 }
 
-func runStart(ctx context.Context, _ *Agent, s *session, _ *none) (outcome, error) {
+func runStart(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error) {
 	if err := requireStatus(s, commands.OpStart, projection.StatusRunning, projection.StatusStopped); err != nil {
 		return outcome{}, err
 	}
 	if err := checkLifetime(s, commands.OpStart); err != nil {
 		return outcome{}, err
 	}
-	if err := s.sandbox().Start(ctx); err != nil {
+	sb := s.sandbox()
+	if err := sb.Start(ctx); err != nil {
+		return outcome{}, err
+	}
+	if err := a.openEgress(ctx, s, sb); err != nil {
 		return outcome{}, err
 	}
 	return statusOutcome(s, projection.StatusRunning), nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/egress"
 	"github.com/paddock-dev/paddock/errcode"
 )
 
@@ -20,7 +21,9 @@ type Policy struct {
 	// patterns ("registry.example.com/team/*"); empty allows only
 	// commands.DefaultImage.
 	Images []string
-	// AllowNetwork lets a create ask for a network.
+	// AllowNetwork lets a create ask for an open network (egress mode
+	// open, or network true). Mode allow needs no permission: its allow
+	// list is enforced by the node.
 	AllowNetwork bool
 	// AllowRoot lets a create or an exec run as root: the user "root" or
 	// uid 0 ("0", "0:0", "root:..."). An image that gives another name uid
@@ -99,8 +102,8 @@ func (p Policy) checkCreate(spec commands.CreateArgs, rt string) error {
 	if rt == "docker" && !p.imageAllowed(spec.Image) {
 		return deny("image %s is not allowed on this node", spec.Image)
 	}
-	if spec.Network && !p.AllowNetwork {
-		return deny("this node allows no network")
+	if eg := commands.EffectiveEgress(spec.Network, spec.Egress); eg.Mode == egress.ModeOpen && !p.AllowNetwork {
+		return deny("this node allows no open network (egress mode allow, with an allow list, may be)")
 	}
 	if isRoot(spec.User) && !p.AllowRoot {
 		return deny("this node does not run sessions as root (user %q)", spec.User)

@@ -28,19 +28,20 @@ import (
 //	                                   the workspace empty)
 
 func resumeStart(_ *Agent, _ *session, args *commands.ResumeArgs) any {
-	return events.ResumeStart{SecretEnvKeys: sortedKeys(args.SecretEnv), Empty: args.Empty}
+	return events.ResumeStart{SecretEnvKeys: sortedKeys(args.SecretEnv), Empty: args.Empty, Egress: args.Egress}
 }
 
 func runResume(ctx context.Context, a *Agent, s *session, args *commands.ResumeArgs) (outcome, error) {
-	return a.resume(ctx, s, args.SecretEnv, args.Empty)
+	return a.resume(ctx, s, args.SecretEnv, args.Empty, args.Egress)
 }
 
 // resume is the resume operation; secretEnv, when given, replaces the
 // session's secret values (for the redaction of everything recorded from
 // now on, and for a re-created sandbox). empty lets a session that has no
 // snapshot come back with an empty workspace; a snapshot, when there is
-// one, is restored all the same.
-func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]string, empty bool) (outcome, error) {
+// one, is restored all the same. eg, when given, is the session's egress
+// policy from now on.
+func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]string, empty bool, eg *commands.Egress) (out outcome, err error) {
 	if err := checkLifetime(s, commands.OpResume); err != nil {
 		return outcome{}, err
 	}
@@ -50,6 +51,17 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 	snap := s.snapshot()
 	sb, st := s.sandbox(), s.getStatus()
 	recreate := sb == nil || st == projection.StatusShutDown
+	if eg != nil {
+		undo, err := a.changeEgress(s, *eg, recreate)
+		if err != nil {
+			return outcome{}, err
+		}
+		defer func() {
+			if err != nil {
+				undo()
+			}
+		}()
+	}
 	d := events.ResumeFinish{Status: string(projection.StatusRunning), Node: a.cfg.ID, Epoch: s.getEpoch()}
 	if snap != nil {
 		d.SnapshotID = snap.ID
@@ -103,6 +115,9 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 		}
 	default:
 		return outcome{}, errcode.New(errcode.InvalidState, "resume: session %s is %s", s.id, st)
+	}
+	if err := a.openEgress(ctx, s, s.sandbox()); err != nil {
+		return outcome{}, err
 	}
 	s.setStatus(projection.StatusRunning)
 	r := commands.ResumeResult{Status: d.Status, Node: d.Node, Epoch: d.Epoch, Restored: d.Restored, SnapshotID: d.SnapshotID}
@@ -177,9 +192,9 @@ func (a *Agent) resumePlaced(ctx context.Context, req commands.Request, p *comma
 	if err != nil {
 		return commands.ErrorReply(err)
 	}
-	start := events.ResumeStart{SecretEnvKeys: sortedKeys(p.SecretEnv), Placed: true, Empty: p.Empty}
+	start := events.ResumeStart{SecretEnvKeys: sortedKeys(p.SecretEnv), Placed: true, Empty: p.Empty, Egress: p.Egress}
 	reply := a.perform(ctx, s, req, commands.OpResume, start, func(ctx context.Context) (outcome, error) {
-		return a.resume(ctx, s, nil, p.Empty)
+		return a.resume(ctx, s, nil, p.Empty, p.Egress)
 	})
 	sb := s.sandbox()
 	switch {
@@ -201,7 +216,7 @@ func validateResumePlacement(p *commands.ResumePlacement) error {
 	if err := checkSessionIDs(p.Tenant, p.SessionID); err != nil {
 		return err
 	}
-	args := commands.ResumeArgs{SecretEnv: p.SecretEnv, Empty: p.Empty}
+	args := commands.ResumeArgs{SecretEnv: p.SecretEnv, Empty: p.Empty, Egress: p.Egress}
 	return args.Validate()
 }
 

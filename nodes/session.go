@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/egress"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/projection"
@@ -70,6 +71,14 @@ type session struct {
 	exposed []int
 	ports   map[int]*portForward
 
+	// egress is the session's egress policy (the create's, or the last
+	// resume's that changed it); proxy serves it while the sandbox runs.
+	egress commands.Egress
+	proxy  *egress.Proxy
+	// proxyPort is where the sandbox reaches its proxy (0: the runtime
+	// enforces no egress policy).
+	proxyPort int
+
 	// procs are the session's processes, streams its streaming execs'
 	// output (each with its own lock).
 	procs   procs
@@ -99,8 +108,15 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 			env[k], kept[k] = v, v
 		}
 	}
+	proxyPort := 0
+	if rt, ok := a.runtimes[cs.Runtime]; ok {
+		if e, ok := rt.(egressEnforcer); ok && e.EnforcesEgress() {
+			proxyPort = a.cfg.Egress.Port
+		}
+	}
 	s := &session{
 		tenant: tenant, id: id, runtime: cs.Runtime, root: root,
+		proxyPort:  proxyPort,
 		ephemeral:  ephemeralPaths(cs.Manifest),
 		secretKeys: keys,
 		redact:     newRedactor(kept),
@@ -111,9 +127,10 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 		spec: runtime.Spec{
 			Tenant: tenant, SessionID: id, Node: a.cfg.ID, Epoch: epoch, Image: cs.Image,
 			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: root,
-			Network: cs.Network, User: cs.User, PidsLimit: cs.PidsLimit,
+			User: cs.User, PidsLimit: cs.PidsLimit,
 		},
 	}
+	s.setEgressLocked(commands.EffectiveEgress(cs.Network, cs.Egress)) // not yet shared
 	if cs.ExpiresAt != nil {
 		s.expires = *cs.ExpiresAt
 	}
@@ -135,8 +152,26 @@ func (s *session) takeUp(h history) {
 	s.appendMu.Unlock()
 	s.mu.Lock()
 	s.status, s.lastSnap = h.state.Status, h.snap
+	if h.egress != nil {
+		s.setEgressLocked(*h.egress)
+	}
 	s.mu.Unlock()
 	s.memory.seed(h.evs)
+}
+
+// setEgressLocked makes eg the session's egress policy (s.mu held): a
+// sandbox made from now on has an open network exactly when eg is open.
+func (s *session) setEgressLocked(eg commands.Egress) {
+	s.egress = eg
+	s.spec.Network = eg.Mode == egress.ModeOpen
+	if s.proxyPort == 0 {
+		return
+	}
+	if s.spec.Network {
+		s.spec.Env = withoutProxyEnv(s.spec.Env, s.proxyPort)
+	} else {
+		s.spec.Env = proxyEnv(s.spec.Env, s.proxyPort)
+	}
 }
 
 // ephemeralPaths returns the ephemeral paths of a recorded manifest.
@@ -167,6 +202,7 @@ func (s *session) setStatus(st projection.Status) {
 		s.procs.reopen() // a stop refused new processes until now
 	} else {
 		s.closePorts() // reachable only while it runs
+		s.closeEgress()
 	}
 }
 
@@ -218,7 +254,10 @@ type history struct {
 	node  string
 	epoch uint64
 	snap  *commands.Snapshot // the newest snapshot, nil before the first
-	tail  events.Tail        // the last stored event: where appends continue
+	// egress is the policy of the latest resume that changed it (nil:
+	// the create's).
+	egress *commands.Egress
+	tail   events.Tail // the last stored event: where appends continue
 }
 
 // readHistory reads and folds a session's events. A session without
@@ -239,7 +278,13 @@ func (a *Agent) readHistory(ctx context.Context, tenant, id string) (h history, 
 		return h, true, err
 	}
 	h.node, h.epoch = evs[0].Node, h.create.Epoch
+	resumed := map[string]*commands.Egress{} // resume starts that changed the policy, by span
 	for _, ev := range evs {
+		if ev.Op == string(commands.OpResume) && ev.Phase == events.PhaseStart {
+			if d, err := events.DecodeData[events.ResumeStart](ev); err == nil && d.Egress != nil {
+				resumed[ev.SpanID] = d.Egress
+			}
+		}
 		if ev.Phase != events.PhaseFinish || ev.OK == nil || !*ev.OK {
 			continue
 		}
@@ -247,6 +292,9 @@ func (a *Agent) readHistory(ctx context.Context, tenant, id string) (h history, 
 		case commands.OpResume:
 			if d, err := events.DecodeData[events.ResumeFinish](ev); err == nil && d.Node != "" {
 				h.node, h.epoch = d.Node, d.Epoch
+			}
+			if eg := resumed[ev.SpanID]; eg != nil {
+				h.egress = eg
 			}
 		case commands.OpPersist, commands.OpStop:
 			if d, err := events.DecodeData[events.SnapshotFinish](ev); err == nil && d.Snapshot != nil {
