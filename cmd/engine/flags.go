@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/paddock-dev/paddock/auth"
+	"github.com/paddock-dev/paddock/commands"
 	"io"
 	"os"
 	"sort"
@@ -169,6 +170,48 @@ func (p *portsFlag) Set(v string) error {
 			return fmt.Errorf("%q is not a port (1 to 65535)", f)
 		}
 		*p = append(*p, n)
+	}
+	return nil
+}
+
+// egressFlags are --egress MODE and --allow DEST (repeatable, or
+// comma-separated), of sandbox create and resume.
+type egressFlags struct {
+	mode  string
+	allow listFlag
+}
+
+func (e *egressFlags) register(fs *flag.FlagSet, what string) {
+	fs.StringVar(&e.mode, "egress", "", what+": egress policy none, allow (with --allow) or open (default none; allow is implied by --allow)")
+	fs.Var(&e.allow, "allow", what+": a destination the sandbox may reach through the node's egress proxy: host[:port], *.domain[:port], IP[:port], CIDR (repeatable, or comma-separated)")
+}
+
+// policy is the policy the flags ask for, nil when they ask for none.
+func (e *egressFlags) policy() (*commands.Egress, error) {
+	mode := e.mode
+	if mode == "" && len(e.allow) > 0 {
+		mode = "allow"
+	}
+	if mode == "" {
+		return nil, nil
+	}
+	eg := &commands.Egress{Mode: mode, Allow: e.allow}
+	if err := eg.Validate(); err != nil {
+		return nil, err
+	}
+	return eg, nil
+}
+
+// listFlag is a repeatable flag of strings ("a", or "a,b").
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			*l = append(*l, f)
+		}
 	}
 	return nil
 }

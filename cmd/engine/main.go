@@ -26,6 +26,8 @@ const usage = `Paddock: an event-sourced sandbox engine on NATS.
 Usage:
   engine serve [flags]                         run the engine (embedded NATS + a local node)
   engine sandbox create [flags]                create a session; prints its id
+                                               --egress none|allow|open, --allow DEST...:
+                                               what the sandbox may reach (docs/security.md)
   engine sandbox exec ID [flags] [--stream] -- CMD [ARG...]
                                                --stream (exec_read; the default on a terminal):
                                                the output as it comes, all of it
@@ -40,7 +42,7 @@ Usage:
   engine sandbox persist ID [--json]           snapshot the workspace; prints the snapshot id
   engine sandbox hydrate ID --from FILE.tar|- | --snapshot SNAP
                                                replace the workspace, all or nothing
-  engine sandbox resume ID [--secret-env K=V]... [--empty] [--json]
+  engine sandbox resume ID [--secret-env K=V]... [--empty] [--egress MODE] [--allow DEST]... [--json]
                                                bring a stopped, shut down or lost session back
   engine sandbox shell ID [-- CMD [ARG...]]    a terminal in the sandbox (default /bin/sh); exits with its code
   engine sandbox proc start ID [--tty] [--rows N --cols N] [--yield D] [--json] -- CMD [ARG...]

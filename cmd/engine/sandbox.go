@@ -83,6 +83,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		stream    bool
 		expose    portsFlag
 		idle      time.Duration
+		egress    egressFlags
 	)
 	switch sub {
 	case "create":
@@ -98,6 +99,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		fs.DurationVar(&lifetime, "lifetime", 0, "shut the session down this long after its create (default: the operator's)")
 		fs.DurationVar(&idle, "idle-timeout", 0, "stop the session after this long with no operation and no running process (default: the operator's)")
 		fs.Var(&expose, "expose", "expose a port of the sandbox: engine sandbox port ID PORT gives its address (repeatable, or 8080,3000)")
+		egress.register(fs, "create")
 		fs.BoolVar(jsonOut, "json", false, "print the result as JSON")
 	case "port":
 		fs.BoolVar(jsonOut, "json", false, "print the result as JSON")
@@ -149,6 +151,9 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		}
 		if idle < 0 {
 			return usageErr("--idle-timeout %s is negative", idle)
+		}
+		if spec.Egress, err = egress.policy(); err != nil {
+			return err
 		}
 		if lifetime > 0 && spec.LifetimeS == 0 {
 			spec.LifetimeS = 1

@@ -16,7 +16,7 @@ import (
 //	engine sandbox persist ID [--json]                 prints the snapshot id
 //	engine sandbox hydrate ID --from FILE.tar|-        replace the workspace with an archive
 //	engine sandbox hydrate ID --snapshot SNAP          ... or with one of its snapshots
-//	engine sandbox resume ID [--secret-env K=V]... [--empty] [--json]
+//	engine sandbox resume ID [--secret-env K=V]... [--empty] [--egress MODE] [--allow DEST]... [--json]
 func sandboxWorkspace(ctx context.Context, base globals, sub string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var g globals
 	fs := newFlagSet("sandbox "+sub, stderr)
@@ -27,6 +27,8 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 	secrets := kvFlag{}
 	fs.Var(secrets, "secret-env", "resume: secret environment variable K=V for a re-created sandbox (repeatable)")
 	empty := fs.Bool("empty", false, "resume: a session that has no snapshot (a lost one never persisted) comes back with an empty workspace")
+	var egress egressFlags
+	egress.register(fs, "resume")
 	pos, _, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -91,7 +93,11 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 			sec = secrets
 		}
 		pr := startProgress(stderr, "resume", false)
-		res, err := c.ResumeWith(ctx, id, commands.ResumeArgs{SecretEnv: sec, Empty: *empty})
+		eg, err := egress.policy()
+		if err != nil {
+			return err
+		}
+		res, err := c.ResumeWith(ctx, id, commands.ResumeArgs{SecretEnv: sec, Empty: *empty, Egress: eg})
 		pr.done()
 		if err != nil {
 			return err

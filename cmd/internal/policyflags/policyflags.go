@@ -42,7 +42,7 @@ func Register(fs *flag.FlagSet) *Flags {
 		f.images = append(f.images, s)
 		return nil
 	})
-	fs.BoolVar(&f.network, "allow-network", false, "let creates ask for a network")
+	fs.BoolVar(&f.network, "allow-network", false, "let creates ask for an open network (egress open); egress allow, with an allow list the node enforces, needs no flag")
 	fs.BoolVar(&f.root, "allow-root", false, "let creates and execs run as root")
 	fs.Float64Var(&f.cpus, "max-cpus", 0, "most cpus a create may ask (0: no bound)")
 	fs.StringVar(&f.memory, "max-memory", "", "most memory a create may ask, e.g. 4g (default: no bound)")

@@ -100,6 +100,10 @@ class PaddockSandboxClientOptions(BaseSandboxClientOptions):
     network: bool | None = None
     user: str | None = None
     exposed_ports: tuple[int, ...] = ()
+    # network_allow (contract 1.4): the only destinations the sandbox may reach, through the
+    # node's egress proxy ("host[:port]", "*.domain[:port]", "IP[:port]", "CIDR"); the Docker
+    # runtime enforces it, the local one refuses it. Empty: network decides (none by default).
+    network_allow: tuple[str, ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT
 
     def create_args(self, *, session_id: str, workspace_root: str) -> dict[str, Any]:
@@ -117,6 +121,8 @@ class PaddockSandboxClientOptions(BaseSandboxClientOptions):
             args["workspace_root"] = workspace_root
         if self.exposed_ports:
             args["exposed_ports"] = list(self.exposed_ports)
+        if self.network_allow:
+            args["egress"] = {"mode": "allow", "allow": list(self.network_allow)}
         return args
 
 
