@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"golang.org/x/sys/unix"
 
@@ -24,12 +25,9 @@ import (
 // namespace with CAP_SYS_ADMIN (a node on the host, as root); otherwise a
 // sandbox with a network is dialled at its address on that network.
 func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
-	c, err := s.r.cli.ContainerInspect(ctx, s.id)
+	c, err := s.running(ctx)
 	if err != nil {
-		return nil, s.r.wrap(err, "inspect container")
-	}
-	if c.State == nil || !c.State.Running || c.State.Pid <= 0 {
-		return nil, errcode.New(errcode.InvalidState, "container %s is not running", s.name)
+		return nil, err
 	}
 	conn, nsErr := dialInNetns(ctx, c.State.Pid, port)
 	if nsErr == nil {
@@ -44,6 +42,19 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 		}
 	}
 	return nil, nsErr
+}
+
+// running inspects the container, which must be running (with a pid whose
+// namespaces the node can enter).
+func (s *Sandbox) running(ctx context.Context) (container.InspectResponse, error) {
+	c, err := s.r.cli.ContainerInspect(ctx, s.id)
+	if err != nil {
+		return c, s.r.wrap(err, "inspect container")
+	}
+	if c.State == nil || !c.State.Running || c.State.Pid <= 0 {
+		return c, errcode.New(errcode.InvalidState, "container %s is not running", s.name)
+	}
+	return c, nil
 }
 
 // dialInNetns dials 127.0.0.1:port in the network namespace of pid.
@@ -64,12 +75,9 @@ func dialInNetns(ctx context.Context, pid, port int) (net.Conn, error) {
 // own. It needs what DialPort's namespace path needs; there is no
 // fallback (an allow list the node cannot serve is refused).
 func (s *Sandbox) ListenEgress(ctx context.Context, port int) (net.Listener, error) {
-	c, err := s.r.cli.ContainerInspect(ctx, s.id)
+	c, err := s.running(ctx)
 	if err != nil {
-		return nil, s.r.wrap(err, "inspect container")
-	}
-	if c.State == nil || !c.State.Running || c.State.Pid <= 0 {
-		return nil, errcode.New(errcode.InvalidState, "container %s is not running", s.name)
+		return nil, err
 	}
 	var ln net.Listener
 	err = inNetns(c.State.Pid, func() (err error) {
