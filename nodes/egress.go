@@ -123,10 +123,13 @@ func (a *Agent) changeEgress(s *session, eg commands.Egress, recreate bool) (und
 // config and its runtimes' sandbox networks.
 func (a *Agent) egressGuard(ctx context.Context) (*egress.Guard, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.egressG != nil {
-		return a.egressG, nil
+	g := a.egressG
+	a.mu.Unlock()
+	if g != nil {
+		return g, nil
 	}
+	// Made outside the agent's lock (it asks the runtimes); two made at
+	// once are the same, and the first kept wins.
 	refuse := append([]netip.Prefix{}, a.cfg.Egress.Refuse...)
 	for _, rt := range a.runtimes {
 		if n, ok := rt.(sandboxNetworks); ok {
@@ -141,8 +144,12 @@ func (a *Agent) egressGuard(ctx context.Context) (*egress.Guard, error) {
 	if err != nil {
 		return nil, errcode.Wrap(errcode.RuntimeError, err, "egress guard")
 	}
-	a.egressG = g
-	return g, nil
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.egressG == nil {
+		a.egressG = g
+	}
+	return a.egressG, nil
 }
 
 // openEgress starts the proxy of s in sb, which runs, when s's policy is

@@ -177,7 +177,17 @@ func TestDockerEgressAllowList(t *testing.T) {
 
 	// Every decision is recorded: allowed ones with the bytes they
 	// carried, refused ones with policy_denied.
-	evs := egressEvents(t, st, s.SessionID)
+	var evs []egressRecord
+	testenv.Eventually(t, 30*time.Second, func() error {
+		// A finish is appended once the sandbox has its answer.
+		evs = egressEvents(t, st, s.SessionID)
+		for _, e := range evs {
+			if e.finish == nil {
+				return fmt.Errorf("egress to %s: no finish yet", e.start.Host)
+			}
+		}
+		return nil
+	})
 	allowed, denied := 0, 0
 	for _, e := range evs {
 		switch {
@@ -288,5 +298,57 @@ func TestEgressRefusals(t *testing.T) {
 	}
 	if _, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local", Egress: &commands.Egress{Mode: "none"}}); err != nil {
 		t.Errorf("create with egress none: %v", err)
+	}
+}
+
+// TestDockerEgressRecordBudget: a sandbox that floods refused
+// connections gets each one refused, but only its record budget's worth
+// recorded; the next record counts the rest, so records plus the counts
+// they carry account for the attempts.
+func TestDockerEgressRecordBudget(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	node := "egress-budget-" + uuid.NewString()[:8]
+	rt := dockerRuntime(t, node)
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	ctx := testenv.Context(t, 2*time.Minute)
+	startAgent(t, st, nodes.Config{ID: node, Egress: nodes.EgressConfig{RecordRate: 1, RecordBurst: 2}}, rt)
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image, Egress: &commands.Egress{Mode: "allow", Allow: []string{"a.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Client.Do(testenv.Context(t, time.Minute), s.SessionID, commands.OpDelete, nil, nil) }()
+	attempts := 0
+	try := func(n int) {
+		t.Helper()
+		script := fmt.Sprintf("i=0; while [ $i -lt %d ]; do wget -q -O /dev/null http://denied.test/; i=$((i+1)); done; exit 0", n)
+		if r, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Argv: []string{"sh", "-c", script}}); err != nil || r.ExitCode != 0 {
+			t.Fatalf("the flood: %+v, %v", r, err)
+		}
+		attempts += n
+	}
+	try(20) // far past a burst of 2
+	var recorded, counted int64
+	testenv.Eventually(t, 30*time.Second, func() error {
+		recorded, counted = 0, 0
+		for _, e := range egressEvents(t, st, s.SessionID) {
+			if e.finish == nil {
+				return fmt.Errorf("a refusal's finish is not recorded yet") // appended after the sandbox is answered
+			}
+			if e.start.Allowed || e.finish.ErrorCode != string(errcode.PolicyDenied) {
+				t.Fatalf("egress record %+v, finish %+v; want a refusal", e.start, e.finish)
+			}
+			recorded++
+			counted += e.start.Unrecorded
+		}
+		if counted == 0 {
+			try(1) // a token comes back each second: this one, or a later one, is recorded with the count
+			return fmt.Errorf("%d records, none counts unrecorded refusals yet", recorded)
+		}
+		return nil
+	})
+	// The refusals after the last record are counted, not yet recorded:
+	// records and counts make at most the attempts.
+	if recorded >= int64(attempts)/2 || recorded+counted > int64(attempts) {
+		t.Errorf("%d attempts: %d recorded, %d counted as unrecorded; want few records, and with their counts no more than the attempts", attempts, recorded, counted)
 	}
 }

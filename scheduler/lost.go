@@ -54,20 +54,33 @@ func (s *Scheduler) watchLoss() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.LostCheck)
 	defer t.Stop()
-	swept := time.Now()
+	// The sweep reads the whole sessions projection: it runs every
+	// LostSweep while losses are recent, and half as often after each
+	// sweep that found nothing to do, down to once per 16 LostSweeps.
+	swept, every := time.Now(), s.cfg.LostSweep
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if s.cfg.AutoResume && time.Since(swept) >= s.cfg.LostSweep {
+		if s.cfg.AutoResume && time.Since(swept) >= every {
 			swept = time.Now()
-			if err := s.sweepLost(s.ctx); err != nil {
+			acted, err := s.sweepLost(s.ctx)
+			switch {
+			case err != nil:
 				s.logger.Warn("cannot look for lost sessions to resume; will try again", "err", err)
+			case acted:
+				every = s.cfg.LostSweep
+			default:
+				every = min(2*every, 16*s.cfg.LostSweep)
 			}
 		}
-		for _, n := range s.silent() {
+		silent := s.silent()
+		if len(silent) > 0 {
+			every = s.cfg.LostSweep // a loss now: its sessions may need the sweep soon
+		}
+		for _, n := range silent {
 			err := s.declareLost(s.ctx, n)
 			if err != nil && !errors.Is(err, errTakingOver) {
 				s.logger.Warn("cannot declare node lost; will try again", "node", n.id, "err", err)
@@ -235,16 +248,9 @@ type sessionKey struct{ tenant, id string }
 // sessionsOn returns the sessions the projection places on node that a
 // loss concerns: running, stopped, or being created.
 func (s *Scheduler) sessionsOn(ctx context.Context, node string) ([]sessionKey, error) {
-	kv, err := s.sessionsBucket(ctx)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
+	recs, err := s.sessionRecords(ctx)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
-	}
-	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, ">")
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
+		return nil, err
 	}
 	var out []sessionKey
 	for _, r := range recs {
@@ -493,17 +499,10 @@ func (s *Scheduler) autoResume(tenant, id string, l lostSession) {
 // A session lost less than LostSweep ago is left to the engine that
 // recorded its loss; one that cannot come back without its client, or
 // whose resume failed for good, is looked at again after sweepRetryAfter.
-func (s *Scheduler) sweepLost(ctx context.Context) error {
-	kv, err := s.sessionsBucket(ctx)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil
-	}
+func (s *Scheduler) sweepLost(ctx context.Context) (acted bool, err error) {
+	recs, err := s.sessionRecords(ctx)
 	if err != nil {
-		return err
-	}
-	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, ">")
-	if err != nil {
-		return err
+		return false, err
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -523,7 +522,7 @@ func (s *Scheduler) sweepLost(ctx context.Context) error {
 		}
 		evs, err := s.log.Session(ctx, r.Tenant, r.ID)
 		if err != nil {
-			return fmt.Errorf("session %s/%s: %w", r.Tenant, r.ID, err)
+			return acted, fmt.Errorf("session %s/%s: %w", r.Tenant, r.ID, err)
 		}
 		st, _ := projection.Fold(evs)
 		if st.Status != projection.StatusLost {
@@ -538,9 +537,27 @@ func (s *Scheduler) sweepLost(ctx context.Context) error {
 		}
 		s.logger.Info("lost session found without a resume", "tenant", r.Tenant, "session", r.ID, "epoch", st.Epoch)
 		s.autoResume(r.Tenant, r.ID, l)
+		acted = true
 	}
 	s.stats.sweeps.Add(1)
-	return nil
+	return acted, nil
+}
+
+// sessionRecords reads every record of the sessions projection (none
+// before its bucket exists).
+func (s *Scheduler) sessionRecords(ctx context.Context) (map[string]projection.SessionRecord, error) {
+	kv, err := s.sessionsBucket(ctx)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
+	}
+	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, ">")
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
+	}
+	return recs, nil
 }
 
 // sweepRetryAfter is how long the sweep leaves a lost session alone once

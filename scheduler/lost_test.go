@@ -202,25 +202,8 @@ func TestAutoResume(t *testing.T) {
 	cfg := lossConfig
 	cfg.AutoResume = true
 	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true, Scheduler: cfg})
-	testenv.StartProjector(t, st.JS)
 	ctx := testenv.Context(t, 2*time.Minute)
-	silentAgent(t, st, "node-a")
-	waitForNodes(t, st.Scheduler, "node-a")
-	saved, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bare, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Client.WriteFile(ctx, saved.SessionID, "notes.md", []byte("kept\n"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Client.Persist(ctx, saved.SessionID); err != nil {
-		t.Fatal(err)
-	}
-	testenv.StartAgent(t, st.Broker.ClientURL(), nodes.Config{ID: "node-b", HeartbeatInterval: 200 * time.Millisecond})
+	saved, bare := sessionsOnASilentNode(t, st)
 	testenv.Eventually(t, 30*time.Second, func() error {
 		l, err := st.Client.Lookup(ctx, saved.SessionID)
 		if err != nil || l.Status != "running" || l.Node != "node-b" {
@@ -258,22 +241,20 @@ func TestAutoResume(t *testing.T) {
 	auditClean(t, st)
 }
 
-// TestSweepResumesLostSessions: a session whose loss no resume followed
-// (the engine that recorded it did not auto-resume; in a fleet it died
-// first) is resumed by another engine's sweep, once; the session without
-// a snapshot is left lost.
-func TestSweepResumesLostSessions(t *testing.T) {
-	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true, Scheduler: lossConfig})
+// sessionsOnASilentNode starts a projector, a silent node-a and two
+// sessions on it (saved, with notes.md persisted; bare, never persisted),
+// then a node-b that heartbeats.
+func sessionsOnASilentNode(t *testing.T, st *testenv.Stack) (saved, bare commands.CreateResult) {
+	t.Helper()
 	testenv.StartProjector(t, st.JS)
-	ctx := testenv.Context(t, 2*time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	silentAgent(t, st, "node-a")
 	waitForNodes(t, st.Scheduler, "node-a")
-	saved, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"})
-	if err != nil {
+	var err error
+	if saved, err = st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"}); err != nil {
 		t.Fatal(err)
 	}
-	bare, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"})
-	if err != nil {
+	if bare, err = st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Client.WriteFile(ctx, saved.SessionID, "notes.md", []byte("kept\n"), 0o640); err != nil {
@@ -283,6 +264,17 @@ func TestSweepResumesLostSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.StartAgent(t, st.Broker.ClientURL(), nodes.Config{ID: "node-b", HeartbeatInterval: 200 * time.Millisecond})
+	return saved, bare
+}
+
+// TestSweepResumesLostSessions: a session whose loss no resume followed
+// (the engine that recorded it did not auto-resume; in a fleet it died
+// first) is resumed by another engine's sweep, once; the session without
+// a snapshot is left lost.
+func TestSweepResumesLostSessions(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true, Scheduler: lossConfig})
+	ctx := testenv.Context(t, 2*time.Minute)
+	saved, bare := sessionsOnASilentNode(t, st)
 	for _, id := range []string{saved.SessionID, bare.SessionID} {
 		testenv.Eventually(t, 30*time.Second, func() error {
 			l, err := st.Client.Lookup(ctx, id)

@@ -67,6 +67,9 @@ type Config struct {
 	// LostSweep is, with AutoResume, how often the scheduler looks for
 	// lost sessions that no resume followed (their engine died before it
 	// resumed them, or every try failed) and resumes them (default 30s).
+	// A sweep reads the whole sessions projection, so after each one that
+	// found nothing to do the next waits twice as long, up to 16 times
+	// LostSweep; a node going silent brings it back to LostSweep.
 	LostSweep time.Duration
 	// TracerProvider makes a span for every create, resume, lookup and
 	// delete the scheduler handles, whose trace context travels on to the

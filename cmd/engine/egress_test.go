@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -34,8 +36,12 @@ func TestCLIEgress(t *testing.T) {
 	if code, out, _ := cli(t, url, "", "sandbox", "exec", id, "--", "wget", "-q", "-O", "-", "http://elsewhere.test/"); code == 0 {
 		t.Errorf("wget of a name off the list: exit 0, %q", out)
 	}
-	out := mustCLI(t, url, "", "events", "tail", "--session", id, "--op", "egress", "--no-follow", "--json")
-	if !strings.Contains(out, `"host":"elsewhere.test"`) || !strings.Contains(out, `"allowed":false`) || !strings.Contains(out, `"error_code":"policy_denied"`) {
-		t.Errorf("events tail --op egress:\n%s\nwant the refused connection to elsewhere.test", out)
-	}
+	// The refusal's finish is appended once the sandbox has its answer.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		out := mustCLI(t, url, "", "events", "tail", "--session", id, "--op", "egress", "--no-follow", "--json")
+		if !strings.Contains(out, `"host":"elsewhere.test"`) || !strings.Contains(out, `"allowed":false`) || !strings.Contains(out, `"error_code":"policy_denied"`) {
+			return fmt.Errorf("events tail --op egress:\n%s\nwant the refused connection to elsewhere.test, start and finish", out)
+		}
+		return nil
+	})
 }
