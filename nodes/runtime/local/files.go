@@ -311,8 +311,16 @@ func (s *Sandbox) fsErr(err error, rel, op string) error {
 		return errcode.Wrap(errcode.InvalidPath, err, op+": "+rel+": a name or path is too long")
 	case errors.Is(err, syscall.ELOOP):
 		return errcode.Wrap(errcode.InvalidPath, err, op+": "+rel+": too many levels of symbolic links")
-	case s.escapes(rel):
+	}
+	switch s.walk(rel) {
+	case walkEscapes:
 		return errcode.New(errcode.InvalidPath, "%s: %s leads outside the workspace", op, rel)
+	case walkTooLong:
+		// Some file systems (overlayfs, under every container) answer
+		// ENOENT, not ENAMETOOLONG, for a name over 255 bytes.
+		return errcode.Wrap(errcode.InvalidPath, err, op+": "+rel+": a name or path is too long")
+	}
+	switch {
 	case errors.Is(err, os.ErrClosed): // Shutdown closed the root meanwhile
 		return errcode.New(errcode.InvalidState, "%s: sandbox is shut down", op)
 	case errors.Is(err, fs.ErrNotExist):
@@ -328,10 +336,21 @@ func (s *Sandbox) fsErr(err error, rel, op string) error {
 // maxLinks bounds the symlinks escapes follows, as the kernel's ELOOP does.
 const maxLinks = 40
 
-// escapes reports whether resolving rel inside the workspace, following its
-// symlinks as the host would, leads outside the workspace. An absolute link
-// target counts as outside (os.Root refuses those too).
-func (s *Sandbox) escapes(rel string) bool {
+// What walk finds of a path.
+const (
+	walkInside  = iota // it stays in the workspace
+	walkEscapes        // it leads outside
+	walkTooLong        // a name on its way is over runtime.MaxNameBytes, or the path over MaxPathBytes
+)
+
+// escapes reports whether resolving rel leads outside the workspace.
+func (s *Sandbox) escapes(rel string) bool { return s.walk(rel) == walkEscapes }
+
+// walk resolves rel inside the workspace, following its symlinks as the
+// host would, and says whether it leads outside the workspace (an
+// absolute link target counts as outside: os.Root refuses those too) or
+// through a name or to a path too long.
+func (s *Sandbox) walk(rel string) int {
 	parts := strings.Split(rel, "/")
 	cur := "." // resolved so far, free of symlinks, relative to the workspace
 	for links := 0; len(parts) > 0; {
@@ -340,9 +359,15 @@ func (s *Sandbox) escapes(rel string) bool {
 		if part == "" || part == "." {
 			continue
 		}
+		if len(part) > runtime.MaxNameBytes {
+			return walkTooLong
+		}
 		next := path.Join(cur, part)
 		if next == ".." || strings.HasPrefix(next, "../") {
-			return true
+			return walkEscapes
+		}
+		if len(s.dir)+1+len(next) > runtime.MaxPathBytes {
+			return walkTooLong
 		}
 		host := filepath.Join(s.dir, filepath.FromSlash(next))
 		fi, err := os.Lstat(host)
@@ -351,13 +376,13 @@ func (s *Sandbox) escapes(rel string) bool {
 			continue
 		}
 		if links++; links > maxLinks {
-			return true
+			return walkEscapes
 		}
 		target, err := os.Readlink(host)
 		if err != nil || path.IsAbs(target) {
-			return true
+			return walkEscapes
 		}
 		parts = append(strings.Split(target, "/"), parts...)
 	}
-	return false
+	return walkInside
 }

@@ -168,3 +168,43 @@ func openWorkspace(ws string) (*os.Root, error) {
 	}
 	return root, nil
 }
+
+// OpenConfig describes an existing directory to serve as a sandbox's
+// workspace: what the in-sandbox supervisor (package supervisor) serves
+// inside a container, where the container is the boundary.
+type OpenConfig struct {
+	// Dir is the workspace directory; it must exist.
+	Dir string
+	// Root is the workspace root as workspace paths name it (default Dir).
+	Root string
+	// Env is every command's environment over the minimal base.
+	Env map[string]string
+	// DefaultTimeout bounds an exec that names none (0: DefaultTimeout).
+	DefaultTimeout time.Duration
+}
+
+// Open returns a running sandbox over an existing directory. Unlike
+// Create's sandboxes, its Shutdown kills its processes but keeps the
+// directory. A directory that cannot be opened is runtime_error.
+func Open(cfg OpenConfig) (*Sandbox, error) {
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = DefaultTimeout
+	}
+	if cfg.Root == "" {
+		cfg.Root = cfg.Dir
+	}
+	root, err := os.OpenRoot(cfg.Dir)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "open workspace")
+	}
+	return &Sandbox{
+		release: func() {},
+		dir:     cfg.Dir,
+		vroot:   cfg.Root,
+		env:     maps.Clone(cfg.Env),
+		timeout: cfg.DefaultTimeout,
+		root:    root,
+		state:   stateRunning,
+		procs:   make(map[*proc]struct{}),
+	}, nil
+}

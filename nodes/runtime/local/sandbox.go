@@ -97,6 +97,9 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	werr := waitProcs(ctx, procs)
 	_ = root.Close()
 	s.cleanups.Wait()
+	if s.sessionDir == "" {
+		return werr // Open's: the directory is not the sandbox's to remove
+	}
 	if err := removeTree(s.sessionDir); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "remove sandbox directory")
 	}
