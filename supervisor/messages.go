@@ -1,0 +1,55 @@
+package supervisor
+
+// The JSON messages of the protocol. Field names are short and stable:
+// they are the protocol.
+
+// Ops a Call names.
+const (
+	OpExec      = "exec"
+	OpRead      = "read"
+	OpWrite     = "write"
+	OpList      = "ls"
+	OpRemove    = "rm"
+	OpMkdir     = "mkdir"
+	OpProcess   = "proc"
+	OpConfigure = "configure"
+)
+
+// CallMsg opens a stream: one operation and its arguments.
+type CallMsg struct {
+	Op string `json:"op"`
+	// exec and proc
+	Argv      []string          `json:"argv,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	TTY       bool              `json:"tty,omitempty"`
+	Rows      uint16            `json:"rows,omitempty"`
+	Cols      uint16            `json:"cols,omitempty"`
+	// files
+	Path      string `json:"path,omitempty"`
+	Limit     int64  `json:"limit,omitempty"`
+	Size      int64  `json:"size,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
+	Parents   bool   `json:"parents,omitempty"`
+}
+
+// ResultMsg ends a stream. Code is empty on success, else an error code
+// of package errcode with Message.
+type ResultMsg struct {
+	Code     string `json:"code,omitempty"`
+	Message  string `json:"message,omitempty"`
+	ExitCode int    `json:"exit_code,omitempty"`
+	Size     int64  `json:"size,omitempty"`
+	Mode     uint32 `json:"mode,omitempty"`
+}
+
+// ControlMsg is a Ctl frame's JSON: from the node, a resize (Rows and
+// Cols) or a signal; from the supervisor, Started once a process runs.
+type ControlMsg struct {
+	Rows    uint16 `json:"rows,omitempty"`
+	Cols    uint16 `json:"cols,omitempty"`
+	Signal  int    `json:"signal,omitempty"`
+	Started bool   `json:"started,omitempty"`
+}
