@@ -216,3 +216,111 @@ func BenchmarkDockerExecStream(b *testing.B) {
 		}
 	})
 }
+
+// supervisedBenchStack is dockerBenchStack with the in-sandbox supervisor.
+func supervisedBenchStack(b *testing.B, sync time.Duration) (*testenv.Stack, string) {
+	b.Helper()
+	image := testenv.SandboxBaseImage(b)
+	node := "bench-" + uuid.NewString()[:8]
+	rt, err := docker.New(docker.Config{
+		Client: testenv.DockerClient(b), Node: node,
+		Supervisor: testenv.SupervisorBinary(b), SupervisorDir: testenv.SupervisorDir(b),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { testenv.RemoveContainers(b, testenv.DockerClient(b), docker.LabelNode+"="+node) })
+	st := testenv.StartStack(b, testenv.StackOptions{
+		Broker: broker.Config{SyncInterval: sync}, Node: nodes.Config{ID: node}, Runtimes: []runtime.Runtime{rt},
+	})
+	return st, image
+}
+
+// rawExec runs cmd in container id through exec create/attach/inspect,
+// as the runtime's Docker path does (the supervisor's baseline).
+func rawExec(ctx context.Context, b *testing.B, id string, cmd []string) func() (func(), error) {
+	cli := testenv.DockerClient(b)
+	opts := container.ExecOptions{
+		Cmd: cmd, AttachStdout: true, AttachStderr: true,
+		User: docker.DefaultUser, WorkingDir: "/workspace", Env: []string{"PADDOCK_EXEC=bench"},
+	}
+	return func() (func(), error) {
+		ex, err := cli.ContainerExecCreate(ctx, id, opts)
+		if err != nil {
+			return nil, err
+		}
+		att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, att.Reader)
+		att.Close()
+		_, err = cli.ContainerExecInspect(ctx, ex.ID)
+		return nil, err
+	}
+}
+
+// BenchmarkDockerSupervisor compares, alternating in one run, operations
+// through the whole path on a Docker node with the in-sandbox supervisor
+// against the daemon's own path: exec `true` against a raw exec
+// create/attach/inspect in a container of the same kind, and a read and
+// a write of 4 KiB against the same through a node without the
+// supervisor (the archive endpoints).
+//
+//	go test -run '^$' -bench BenchmarkDockerSupervisor -benchtime 200x ./nodes/
+func BenchmarkDockerSupervisor(b *testing.B) {
+	ctx := context.Background()
+	sup, image := supervisedBenchStack(b, 0)
+	plain, _ := dockerBenchStack(b, 0)
+	session := func(st *testenv.Stack) string {
+		s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = st.Client.Shutdown(ctx, s.SessionID) })
+		return s.SessionID
+	}
+	ss, ps := session(sup), session(plain)
+	b.Run("exec-true", func(b *testing.B) {
+		cli := testenv.DockerClient(b)
+		cfg, host := rawConfig(image, plain.Agent.ID())
+		c, err := cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		args := commands.ExecArgs{Argv: []string{"true"}}
+		measurePair(b, rawExec(ctx, b, c.ID, []string{"true"}), func() (func(), error) {
+			_, err := sup.Client.Exec(ctx, ss, args)
+			return nil, err
+		})
+	})
+	data := make([]byte, 4096)
+	for _, st := range []*testenv.Stack{sup, plain} {
+		id := map[*testenv.Stack]string{sup: ss, plain: ps}[st]
+		if _, err := st.Client.WriteFile(ctx, id, "f", data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("read-4KiB", func(b *testing.B) {
+		measurePair(b, func() (func(), error) {
+			_, err := plain.Client.ReadFile(ctx, ps, "f")
+			return nil, err
+		}, func() (func(), error) {
+			_, err := sup.Client.ReadFile(ctx, ss, "f")
+			return nil, err
+		})
+	})
+	b.Run("write-4KiB", func(b *testing.B) {
+		measurePair(b, func() (func(), error) {
+			_, err := plain.Client.WriteFile(ctx, ps, "f", data, 0o644)
+			return nil, err
+		}, func() (func(), error) {
+			_, err := sup.Client.WriteFile(ctx, ss, "f", data, 0o644)
+			return nil, err
+		})
+	})
+}

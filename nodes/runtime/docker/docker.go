@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -68,12 +69,28 @@ type Config struct {
 	PullTimeout time.Duration
 	// StopTimeout is how long Stop waits before it kills (default 2s).
 	StopTimeout time.Duration
+	// Supervisor is the host path of the paddock-supervisor binary (a
+	// static build of cmd/paddock-supervisor). With it every sandbox runs
+	// the supervisor and exec, processes and file operations go through
+	// it (see package supervisor); empty runs them all through the Docker
+	// API.
+	Supervisor string
+	// SupervisorDir holds a socket directory per sandbox; required with
+	// Supervisor, and kept across restarts of the node so that the
+	// sandboxes it reattaches find it again.
+	SupervisorDir string
+	// SupervisorWait bounds how long a create waits for its supervisor to
+	// say hello before it goes on without (default 5s).
+	SupervisorWait time.Duration
 }
 
 // Validate returns an error for a negative limit or timeout.
 func (c Config) Validate() error {
-	if c.DefaultPidsLimit < 0 || c.DefaultMemoryBytes < 0 || c.DefaultCPUs < 0 || c.PullTimeout < 0 || c.StopTimeout < 0 {
+	if c.DefaultPidsLimit < 0 || c.DefaultMemoryBytes < 0 || c.DefaultCPUs < 0 || c.PullTimeout < 0 || c.StopTimeout < 0 || c.SupervisorWait < 0 {
 		return errors.New("docker: negative limit or timeout in config")
+	}
+	if c.Supervisor != "" && (!filepath.IsAbs(c.Supervisor) || !filepath.IsAbs(c.SupervisorDir)) {
+		return errors.New("docker: the supervisor binary and its socket directory must be absolute paths")
 	}
 	return nil
 }
@@ -100,6 +117,9 @@ func (c Config) withDefaults() Config {
 	if c.StopTimeout == 0 {
 		c.StopTimeout = 2 * time.Second
 	}
+	if c.SupervisorWait == 0 {
+		c.SupervisorWait = 5 * time.Second
+	}
 	return c
 }
 
@@ -114,6 +134,11 @@ type Runtime struct {
 	// the image already holds the root as a directory of that owner, so
 	// that only the first create of a kind pays for checking it.
 	rootReady map[string]bool
+
+	lmu sync.Mutex // guards links
+	// links holds the supervisor links of the containers this runtime
+	// serves, by container id (FindSandboxes runs again and again).
+	links map[string]*link
 }
 
 // New returns a Docker runtime, or an error for an invalid config or a
@@ -123,7 +148,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Runtime{cli: cfg.Client, cfg: cfg.withDefaults(), rootReady: map[string]bool{}}
+	r := &Runtime{cli: cfg.Client, cfg: cfg.withDefaults(), rootReady: map[string]bool{}, links: map[string]*link{}}
 	if r.cli == nil {
 		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 		if err != nil {
@@ -153,6 +178,7 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // Close releases the client if the runtime made it (and returns its
 // error); a client from Config is the caller's to close.
 func (r *Runtime) Close() error {
+	r.closeLinks()
 	if r.ownsClient {
 		return r.cli.Close()
 	}
@@ -202,27 +228,34 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		return nil, err
 	}
 	name := ContainerName(spec.Tenant, spec.SessionID, spec.Epoch)
+	sb := &Sandbox{r: r, name: name, root: opts.root, user: opts.config.User}
+	if err := r.withSupervisor(sb, &opts); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (runtime.Sandbox, error) {
+		r.removeFailed(name, spec)
+		sb.dropLink()
+		return nil, err
+	}
 	resp, err := r.cli.ContainerCreate(ctx, opts.config, opts.host, nil, nil, name)
 	if err != nil {
 		if errdefs.IsConflict(err) {
+			sb.dropLink()
 			return nil, errcode.New(errcode.AlreadyExists, "a container named %s already exists", name)
 		}
-		r.removeFailed(name, spec)
-		return nil, r.wrap(err, "create container")
+		return fail(r.wrap(err, "create container"))
 	}
-	sb := &Sandbox{r: r, id: resp.ID, name: name, root: opts.root, user: opts.config.User}
+	sb.id = resp.ID
 	if _, err := sb.owner(ctx); err != nil {
-		r.removeFailed(name, spec)
-		return nil, err
+		return fail(err)
 	}
 	if err := r.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		r.removeFailed(name, spec)
-		return nil, r.wrap(err, "start container")
+		return fail(r.wrap(err, "start container"))
 	}
 	if err := r.prepare(ctx, sb, imageID); err != nil {
-		r.removeFailed(name, spec)
-		return nil, err
+		return fail(err)
 	}
+	r.awaitSupervisor(ctx, sb)
 	return sb, nil
 }
 

@@ -21,12 +21,26 @@ import (
 // that is).
 func newRuntime(t *testing.T) *docker.Runtime {
 	t.Helper()
+	return newRuntimeWith(t, docker.Config{})
+}
+
+// supervisedRuntime is newRuntime with the in-sandbox supervisor.
+func supervisedRuntime(t *testing.T) *docker.Runtime {
+	t.Helper()
+	return newRuntimeWith(t, docker.Config{Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDir(t)})
+}
+
+// newRuntimeWith is newRuntime with cfg (its Client and Node are set).
+func newRuntimeWith(t *testing.T, cfg docker.Config) *docker.Runtime {
+	t.Helper()
 	cli := testenv.DockerClient(t)
 	node := "test-" + uuid.NewString()
-	rt, err := docker.New(docker.Config{Client: cli, Node: node})
+	cfg.Client, cfg.Node = cli, node
+	rt, err := docker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { rt.Close() })
 	t.Cleanup(func() {
 		// Runs after the tests' own cleanups (registered later), which shut
 		// their sandboxes down: anything found now was left behind.
@@ -107,6 +121,32 @@ type nodeRuntime struct{ *docker.Runtime }
 func (n nodeRuntime) Create(ctx context.Context, s runtime.Spec) (runtime.Sandbox, error) {
 	s.Node = n.Node()
 	return n.Runtime.Create(ctx, s)
+}
+
+// TestContractSupervised runs the runtime contract through the in-sandbox
+// supervisor: exec, processes and file operations go through it.
+func TestContractSupervised(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	runtimetest.Run(t, func(t *testing.T) runtime.Runtime {
+		return supervisedNode{nodeRuntime{supervisedRuntime(t)}, t}
+	}, runtimetest.Options{Image: image})
+}
+
+// supervisedNode checks that every sandbox of the contract suite has its
+// supervisor connected once made.
+type supervisedNode struct {
+	nodeRuntime
+	t *testing.T
+}
+
+func (n supervisedNode) Create(ctx context.Context, s runtime.Spec) (runtime.Sandbox, error) {
+	sb, err := n.nodeRuntime.Create(ctx, s)
+	if err == nil {
+		if st := sb.(*docker.Sandbox).Supervisor(); !st.Connected {
+			n.t.Errorf("create: the supervisor is not connected: %+v", st)
+		}
+	}
+	return sb, err
 }
 
 func TestName(t *testing.T) {

@@ -55,6 +55,17 @@ func (s *Sandbox) exec(ctx context.Context, spec runtime.ExecSpec, held bool) (r
 	if err := s.checkNotGone("exec"); err != nil {
 		return runtime.ExecResult{}, err
 	}
+	maxOut := spec.MaxOutput
+	if maxOut <= 0 {
+		maxOut = commands.MaxOutputBytes
+	}
+	if c := s.supConn(spec.User); c != nil && !held {
+		res, err := s.supExec(ctx, c, spec, maxOut)
+		if errcode.Of(err) == errcode.RuntimeError && !s.runningNow(ctx) {
+			err = errcode.Wrap(errcode.InvalidState, err, "exec: the sandbox stopped")
+		}
+		return res, err
+	}
 	cwd, err := s.cwd(ctx, spec.Cwd)
 	if err != nil {
 		return runtime.ExecResult{}, err
@@ -66,10 +77,6 @@ func (s *Sandbox) exec(ctx context.Context, spec runtime.ExecSpec, held bool) (r
 	user := spec.User
 	if user == "" {
 		user = s.user
-	}
-	maxOut := spec.MaxOutput
-	if maxOut <= 0 {
-		maxOut = commands.MaxOutputBytes
 	}
 	if !held {
 		s.life.RLock()

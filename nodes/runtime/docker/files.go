@@ -17,6 +17,7 @@ import (
 
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/supervisor"
 )
 
 // ReadFile returns a regular file's content and permission bits. A path
@@ -37,6 +38,9 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string, limit int64) ([]byte, 
 // and permission bits; a file over limit is payload_too_large before
 // anything is written.
 func (s *Sandbox) ReadFileTo(ctx context.Context, p string, w io.Writer, limit int64) (int64, fs.FileMode, error) {
+	if c := s.supConn(""); c != nil {
+		return s.supReadTo(ctx, c, p, w, limit)
+	}
 	r, err := s.resolve(ctx, p, true)
 	if err != nil {
 		return 0, 0, err
@@ -95,6 +99,12 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 	if rel == "." {
 		return errcode.New(errcode.InvalidPath, "write: the workspace root is not a file")
 	}
+	if c := s.supConn(""); c != nil {
+		if mode == 0 {
+			mode = 0o644
+		}
+		return s.supWriteFrom(ctx, c, p, src, size, mode)
+	}
 	r, err := s.resolve(ctx, rel, false)
 	if err != nil {
 		return err
@@ -123,6 +133,9 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 // directory is invalid_request; a path outside the workspace is
 // invalid_path.
 func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
+	if c := s.supConn(""); c != nil {
+		return s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpMkdir, Path: p, Parents: parents})
+	}
 	// Without parents any existing entry is already_exists: a symlink is
 	// not followed to say so. With them it is, to judge a directory.
 	r, err := s.resolve(ctx, p, parents)
@@ -210,6 +223,9 @@ func (s *Sandbox) Remove(ctx context.Context, p string, recursive bool) error {
 	}
 	if rel == "." {
 		return errcode.New(errcode.InvalidPath, "rm: the workspace root cannot be removed")
+	}
+	if c := s.supConn(""); c != nil {
+		return s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpRemove, Path: p, Recursive: recursive})
 	}
 	r, err := s.resolve(ctx, rel, false)
 	if err != nil {

@@ -55,11 +55,13 @@ func (r *Runtime) FindSandboxes(ctx context.Context) ([]runtime.Found, error) {
 			}
 		}
 		name := strings.TrimPrefix(ins.Name, "/")
+		sb := &Sandbox{r: r, id: c.ID, name: name, root: root, user: user}
+		sb.link = r.relink(sb, c.Labels[LabelSupervisor])
 		out = append(out, runtime.Found{
 			Tenant: tenant, SessionID: session, Epoch: epoch,
 			Created: time.Unix(c.Created, 0), Running: ins.State != nil && ins.State.Running,
 			Env:     env,
-			Sandbox: &Sandbox{r: r, id: c.ID, name: name, root: root, user: user},
+			Sandbox: sb,
 		})
 	}
 	return out, nil

@@ -36,6 +36,9 @@ const maxListOutput = 64 << 20
 // ~52 ms for a workspace holding a 200 MB file; by archive ~40-55 ms,
 // ~330-460 ms and ~760-800 ms.
 func (s *Sandbox) List(ctx context.Context, p string) ([]commands.Entry, error) {
+	if c := s.supConn(""); c != nil {
+		return s.supList(ctx, c, p)
+	}
 	r, err := s.resolve(ctx, p, false)
 	if err != nil {
 		return nil, err

@@ -76,6 +76,9 @@ func (s *Sandbox) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (r
 	if err := s.checkNotGone("process"); err != nil {
 		return nil, err
 	}
+	if c := s.supConn(spec.User); c != nil {
+		return s.supStartProcess(ctx, c, spec)
+	}
 	cwd, err := s.cwd(ctx, spec.Cwd)
 	if err != nil {
 		return nil, err

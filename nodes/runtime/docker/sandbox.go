@@ -25,6 +25,10 @@ type Sandbox struct {
 	name string
 	root string // workspace root inside the container
 	user string // the container's user, as Docker was given it
+	// link is the channel to the sandbox's supervisor; nil without one.
+	link *link
+	// supNote says why a create went on without its supervisor.
+	supNote string
 
 	// life orders the container's state changes: Start, Stop and Remove on
 	// a stopped sandbox (which starts the container for its rm and stops it
@@ -82,6 +86,11 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		}
 		return s.r.wrap(err, "start container")
 	}
+	if s.link != nil {
+		// The keep-alive starts the supervisor again; what comes before it
+		// connects goes through the Docker API.
+		s.link.wait(ctx, s.r.cfg.SupervisorWait)
+	}
 	return nil
 }
 
@@ -119,6 +128,7 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	if err != nil && !errdefs.IsNotFound(err) {
 		return s.r.wrap(err, "remove container")
 	}
+	s.dropLink()
 	s.mu.Lock()
 	s.gone = true
 	cancel := s.bgCancel

@@ -1,0 +1,473 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/supervisor"
+)
+
+// The node's end of the supervisor's calls. Everything read from a
+// supervisor is the sandbox's word: bounded, checked, and at worst a
+// misreport about the sandbox itself.
+
+// timeoutGrace is how long past an exec's own timeout the node waits for
+// the supervisor to report it before it gives the call up itself.
+const timeoutGrace = 10 * time.Second
+
+// maxMessage bounds the message of an error a supervisor reports.
+const maxMessage = 512
+
+// supCodes are the error codes a supervisor may report; any other is
+// runtime_error.
+var supCodes = map[errcode.Code]bool{
+	errcode.InvalidRequest: true, errcode.InvalidPath: true, errcode.NotFound: true,
+	errcode.AlreadyExists: true, errcode.PayloadTooLarge: true, errcode.ExecTimeout: true,
+	errcode.InvalidState: true,
+}
+
+// supErr maps a failed stream (the connection ended, a violation) onto a
+// typed error.
+func supErr(op string, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return errcode.Wrap(errcode.Unavailable, err, op)
+	case errors.Is(err, supervisor.ErrProtocol):
+		return errcode.Wrap(errcode.RuntimeError, err, op+": the sandbox's supervisor broke the protocol")
+	}
+	return errcode.Wrap(errcode.RuntimeError, err, op+": the sandbox's supervisor failed")
+}
+
+// decodeResult decodes a Result frame's payload into res and its error.
+func decodeResult(op string, payload []byte) (supervisor.ResultMsg, error) {
+	var res supervisor.ResultMsg
+	if err := json.Unmarshal(payload, &res); err != nil {
+		return res, errcode.New(errcode.RuntimeError, "%s: the sandbox's supervisor sent a malformed result", op)
+	}
+	if res.Code == "" {
+		return res, nil
+	}
+	msg := res.Message
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage] + "..."
+	}
+	code := errcode.Code(res.Code)
+	if !supCodes[code] {
+		return res, errcode.New(errcode.RuntimeError, "%s: the sandbox's supervisor reported %.64q: %s", op, res.Code, msg)
+	}
+	return res, errcode.New(code, "%s", msg)
+}
+
+// finish reads a stream to its Result, dropping any data.
+func finish(ctx context.Context, st *supervisor.Stream) (supervisor.ResultMsg, error) {
+	return finishOp(ctx, st, "supervisor")
+}
+
+// open opens a call on the supervisor's connection c.
+func open(ctx context.Context, c *supervisor.Conn, call supervisor.CallMsg) (*supervisor.Stream, error) {
+	b, err := json.Marshal(call)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.InvalidRequest, err, call.Op)
+	}
+	st, err := c.Open(ctx, b)
+	if err != nil {
+		return nil, supErr(call.Op, err)
+	}
+	return st, nil
+}
+
+// supExec runs spec through the supervisor (see Exec).
+func (s *Sandbox) supExec(ctx context.Context, c *supervisor.Conn, spec runtime.ExecSpec, maxOut int) (runtime.ExecResult, error) {
+	if _, err := runtime.Rel(s.root, spec.Cwd); err != nil && spec.Cwd != "" {
+		return runtime.ExecResult{}, err
+	}
+	st, err := open(ctx, c, supervisor.CallMsg{
+		Op: supervisor.OpExec, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, TimeoutMS: spec.Timeout.Milliseconds(),
+	})
+	if err != nil {
+		return runtime.ExecResult{}, err
+	}
+	tctx, cancel := ctx, context.CancelFunc(func() {})
+	if spec.Timeout > 0 {
+		tctx, cancel = context.WithTimeout(ctx, spec.Timeout+timeoutGrace)
+	}
+	defer cancel()
+	stdout := &runtime.CappedBuffer{Max: maxOut}
+	stderr := &runtime.CappedBuffer{Max: maxOut}
+	outW, errW := runtime.TeeOf(stdout, false, spec.Output), runtime.TeeOf(stderr, true, spec.Output)
+	res := func() runtime.ExecResult {
+		return runtime.ExecResult{
+			Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), StdoutBytes: stdout.Total(), StderrBytes: stderr.Total(),
+			StdoutTruncated: stdout.Truncated(), StderrTruncated: stderr.Truncated(),
+		}
+	}
+	for {
+		f, err := st.Recv(tctx)
+		if err != nil {
+			st.Abandon()
+			switch {
+			case ctx.Err() != nil:
+				return res(), errcode.Wrap(errcode.Unavailable, ctx.Err(), "exec")
+			case tctx.Err() != nil:
+				return res(), errcode.New(errcode.ExecTimeout, "exec: the command ran past its timeout of %s", spec.Timeout)
+			}
+			return res(), supErr("exec", err)
+		}
+		switch f.Type {
+		case supervisor.Data:
+			_, _ = outW.Write(f.Payload)
+		case supervisor.Stderr:
+			_, _ = errW.Write(f.Payload)
+		case supervisor.Result:
+			r, err := decodeResult("exec", f.Payload)
+			out := res()
+			out.ExitCode = r.ExitCode
+			return out, err
+		}
+	}
+}
+
+// supReadTo reads a file through the supervisor into w (see ReadFileTo).
+func (s *Sandbox) supReadTo(ctx context.Context, c *supervisor.Conn, p string, w io.Writer, limit int64) (int64, fs.FileMode, error) {
+	if _, err := runtime.Rel(s.root, p); err != nil {
+		return 0, 0, err
+	}
+	st, err := open(ctx, c, supervisor.CallMsg{Op: supervisor.OpRead, Path: p, Limit: limit})
+	if err != nil {
+		return 0, 0, err
+	}
+	var n int64
+	var werr error
+	for {
+		f, err := st.Recv(ctx)
+		if err != nil {
+			st.Abandon()
+			return n, 0, supErr("read", err)
+		}
+		switch f.Type {
+		case supervisor.Data:
+			n += int64(len(f.Payload))
+			if n > limit {
+				st.Abandon()
+				return n, 0, errcode.New(errcode.RuntimeError, "read: the sandbox's supervisor sent more than the %d bytes asked for", limit)
+			}
+			if werr == nil {
+				_, werr = w.Write(f.Payload)
+			}
+		case supervisor.Result:
+			r, err := decodeResult("read", f.Payload)
+			switch {
+			case err != nil:
+				return n, 0, err
+			case werr != nil:
+				return n, 0, werr
+			case r.Size != n:
+				return n, 0, errcode.New(errcode.RuntimeError, "read: the sandbox's supervisor sent %d bytes of a file of %d", n, r.Size)
+			}
+			return n, fs.FileMode(r.Mode).Perm(), nil
+		}
+	}
+}
+
+// supWriteFrom writes a file through the supervisor (see WriteFileFrom).
+func (s *Sandbox) supWriteFrom(ctx context.Context, c *supervisor.Conn, p string, src io.Reader, size int64, mode fs.FileMode) error {
+	if _, err := runtime.Rel(s.root, p); err != nil {
+		return err
+	}
+	st, err := open(ctx, c, supervisor.CallMsg{Op: supervisor.OpWrite, Path: p, Size: size, Mode: uint32(mode.Perm())})
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, min(int64(supervisor.Chunk), max(size, 1)))
+	var sent int64
+	for sent < size {
+		k, rerr := io.ReadFull(src, buf[:min(int64(len(buf)), size-sent)])
+		if k > 0 {
+			if err := st.Send(ctx, supervisor.Data, buf[:k]); err != nil {
+				if errors.Is(err, supervisor.ErrFinished) {
+					break // it answered early: its result says why
+				}
+				st.Abandon()
+				return supErr("write", err)
+			}
+			sent += int64(k)
+		}
+		if rerr != nil {
+			st.Abandon()
+			if ctx.Err() != nil {
+				return errcode.Wrap(errcode.Unavailable, ctx.Err(), "write")
+			}
+			return errcode.Wrap(errcode.InvalidRequest, rerr, fmt.Sprintf("write: the content ended after %d of %d bytes", sent, size))
+		}
+	}
+	if err := st.Send(ctx, supervisor.EOF, nil); err != nil && !errors.Is(err, supervisor.ErrFinished) {
+		st.Abandon()
+		return supErr("write", err)
+	}
+	_, err = finishOp(ctx, st, "write")
+	return err
+}
+
+// finishOp is finish with op's name in its errors.
+func finishOp(ctx context.Context, st *supervisor.Stream, op string) (supervisor.ResultMsg, error) {
+	for {
+		f, err := st.Recv(ctx)
+		if err != nil {
+			st.Abandon()
+			return supervisor.ResultMsg{}, supErr(op, err)
+		}
+		if f.Type == supervisor.Result {
+			return decodeResult(op, f.Payload)
+		}
+	}
+}
+
+// supList lists through the supervisor (see List).
+func (s *Sandbox) supList(ctx context.Context, c *supervisor.Conn, p string) ([]commands.Entry, error) {
+	if _, err := runtime.Rel(s.root, p); err != nil {
+		return nil, err
+	}
+	st, err := open(ctx, c, supervisor.CallMsg{Op: supervisor.OpList, Path: p})
+	if err != nil {
+		return nil, err
+	}
+	var body bytes.Buffer
+	for {
+		f, err := st.Recv(ctx)
+		if err != nil {
+			st.Abandon()
+			return nil, supErr("ls", err)
+		}
+		switch f.Type {
+		case supervisor.Data:
+			if body.Len()+len(f.Payload) > maxListOutput {
+				st.Abandon()
+				return nil, errcode.New(errcode.RuntimeError, "ls: the sandbox's supervisor sent a listing over %d bytes", maxListOutput)
+			}
+			body.Write(f.Payload)
+		case supervisor.Result:
+			if _, err := decodeResult("ls", f.Payload); err != nil {
+				return nil, err
+			}
+			var entries []commands.Entry
+			if err := json.Unmarshal(body.Bytes(), &entries); err != nil {
+				return nil, errcode.New(errcode.RuntimeError, "ls: the sandbox's supervisor sent a malformed listing")
+			}
+			for _, e := range entries {
+				if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\x00") || len(e.Name) > runtime.MaxNameBytes {
+					return nil, errcode.New(errcode.RuntimeError, "ls: the sandbox's supervisor sent an entry named %.64q", e.Name)
+				}
+			}
+			slices.SortFunc(entries, func(a, b commands.Entry) int { return strings.Compare(a.Name, b.Name) })
+			return entries, nil
+		}
+	}
+}
+
+// supSimple runs a call whose answer is only its result (rm, mkdir).
+func (s *Sandbox) supSimple(ctx context.Context, c *supervisor.Conn, call supervisor.CallMsg) error {
+	rel, err := runtime.Rel(s.root, call.Path)
+	if err != nil {
+		return err
+	}
+	if call.Op == supervisor.OpRemove && rel == "." {
+		return errcode.New(errcode.InvalidPath, "rm: the workspace root cannot be removed")
+	}
+	st, err := open(ctx, c, call)
+	if err != nil {
+		return err
+	}
+	_, err = finishOp(ctx, st, call.Op)
+	return err
+}
+
+// supProcess is a process the supervisor runs. One goroutine (pump)
+// moves its output from the stream into a bounded buffer that Read
+// drains, and takes its exit from the Result.
+type supProcess struct {
+	st   *supervisor.Stream
+	tty  bool
+	out  outBuffer
+	done chan struct{} // closed once the stream has ended
+	code int           // exit code, once done
+	err  error         // why the stream ended other than by a Result, once done
+}
+
+// supStartProcess starts a process through the supervisor (see
+// StartProcess): it returns once the supervisor says it runs.
+func (s *Sandbox) supStartProcess(ctx context.Context, c *supervisor.Conn, spec runtime.ProcessSpec) (runtime.Process, error) {
+	if _, err := runtime.Rel(s.root, spec.Cwd); err != nil && spec.Cwd != "" {
+		return nil, err
+	}
+	rows, cols := spec.Rows, spec.Cols
+	if spec.TTY && (rows == 0 || cols == 0) {
+		rows, cols = 24, 80
+	}
+	env := spec.Env
+	if spec.TTY && env["TERM"] == "" {
+		env = mapsWith(env, "TERM", "xterm")
+	}
+	st, err := open(ctx, c, supervisor.CallMsg{
+		Op: supervisor.OpProcess, Argv: spec.Argv, Env: env, Cwd: spec.Cwd, TTY: spec.TTY, Rows: rows, Cols: cols,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f, err := st.Recv(ctx)
+	switch {
+	case err != nil:
+		st.Abandon()
+		return nil, supErr("proc start", err)
+	case f.Type == supervisor.Result:
+		_, err := decodeResult("proc start", f.Payload)
+		if err == nil {
+			err = errcode.New(errcode.RuntimeError, "proc start: the sandbox's supervisor ended the process before starting it")
+		}
+		return nil, err
+	case f.Type != supervisor.Ctl:
+		st.Abandon()
+		return nil, errcode.New(errcode.RuntimeError, "proc start: the sandbox's supervisor sent %s before saying the process started", f.Type)
+	}
+	p := &supProcess{st: st, tty: spec.TTY, done: make(chan struct{})}
+	p.out.init(procOutMax)
+	go p.pump() // ends when the stream ends; Close abandons it
+	return p, nil
+}
+
+// mapsWith returns a copy of m with k set to v.
+func mapsWith(m map[string]string, k, v string) map[string]string {
+	out := make(map[string]string, len(m)+1)
+	for mk, mv := range m {
+		out[mk] = mv
+	}
+	out[k] = v
+	return out
+}
+
+func (p *supProcess) pump() {
+	defer close(p.done)
+	for {
+		f, err := p.st.Recv(context.Background()) // the stream's own end (Result, conn end, Close) ends this
+		if err != nil {
+			p.code, p.err = -1, supErr("proc", err)
+			p.out.finish(p.err)
+			return
+		}
+		switch f.Type {
+		case supervisor.Data:
+			if _, err := p.out.Write(f.Payload); err != nil {
+				p.st.Abandon() // closed: nobody reads any more
+			}
+		case supervisor.Result:
+			r, err := decodeResult("proc", f.Payload)
+			p.code, p.err = r.ExitCode, err
+			p.out.finish(nil)
+			return
+		}
+	}
+}
+
+func (p *supProcess) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Read reads the process's output.
+func (p *supProcess) Read(b []byte) (int, error) { return p.out.Read(b) }
+
+// Write writes to stdin; after the process has exited it is invalid_state.
+func (p *supProcess) Write(b []byte) (int, error) {
+	if p.exited() {
+		return 0, errExited("write")
+	}
+	n := 0
+	for len(b) > 0 {
+		k := min(len(b), supervisor.Chunk)
+		ctx, cancel := context.WithTimeout(context.Background(), killWait) // a process that does not read stdin holds a writer this long at most
+		err := p.st.Send(ctx, supervisor.Data, b[:k])
+		cancel()
+		if err != nil {
+			if p.exited() || errors.Is(err, supervisor.ErrFinished) {
+				return n, errExited("write")
+			}
+			return n, supErr("proc write", err)
+		}
+		n += k
+		b = b[k:]
+	}
+	return n, nil
+}
+
+// CloseStdin ends stdin.
+func (p *supProcess) CloseStdin() error {
+	if p.exited() {
+		return nil
+	}
+	if err := p.st.Send(context.Background(), supervisor.EOF, nil); err != nil && !errors.Is(err, supervisor.ErrFinished) {
+		return supErr("proc", err)
+	}
+	return nil
+}
+
+func (p *supProcess) control(c supervisor.ControlMsg) error {
+	if p.exited() {
+		return nil
+	}
+	b, _ := json.Marshal(c)
+	if err := p.st.Send(context.Background(), supervisor.Ctl, b); err != nil && !errors.Is(err, supervisor.ErrFinished) {
+		return supErr("proc", err)
+	}
+	return nil
+}
+
+// Resize sets the terminal's size; without a TTY it is invalid_request.
+func (p *supProcess) Resize(rows, cols uint16) error {
+	if !p.tty {
+		return errcode.New(errcode.InvalidRequest, "resize: the process has no terminal")
+	}
+	if rows == 0 || cols == 0 {
+		return errcode.New(errcode.InvalidRequest, "resize: rows and cols must be positive")
+	}
+	return p.control(supervisor.ControlMsg{Rows: rows, Cols: cols})
+}
+
+// Signal signals the process's group.
+func (p *supProcess) Signal(sig syscall.Signal) error {
+	if sig <= 0 || sig > maxSignal {
+		return errcode.New(errcode.InvalidRequest, "signal %d is not a signal", sig)
+	}
+	return p.control(supervisor.ControlMsg{Signal: int(sig)})
+}
+
+// Wait waits for the exit code.
+func (p *supProcess) Wait(ctx context.Context) (int, error) {
+	select {
+	case <-p.done:
+		return p.code, p.err
+	case <-ctx.Done():
+		return 0, errcode.Wrap(errcode.Unavailable, ctx.Err(), "proc wait")
+	}
+}
+
+// Close kills what is left of the process and frees its buffer.
+func (p *supProcess) Close() error {
+	p.st.Abandon()
+	p.out.close()
+	return nil
+}
