@@ -265,7 +265,8 @@ func rawExec(ctx context.Context, b *testing.B, id string, cmd []string) func() 
 // against the daemon's own path: exec `true` against a raw exec
 // create/attach/inspect in a container of the same kind, and a read and
 // a write of 4 KiB against the same through a node without the
-// supervisor (the archive endpoints).
+// supervisor (the archive endpoints). They alternate in blocks of 20 (see
+// measureBlocks).
 //
 //	go test -run '^$' -bench BenchmarkDockerSupervisor -benchtime 200x ./nodes/
 func BenchmarkDockerSupervisor(b *testing.B) {
@@ -293,7 +294,7 @@ func BenchmarkDockerSupervisor(b *testing.B) {
 			b.Fatal(err)
 		}
 		args := commands.ExecArgs{Argv: []string{"true"}}
-		measurePair(b, rawExec(ctx, b, c.ID, []string{"true"}), func() (func(), error) {
+		measureBlocks(b, 20, rawExec(ctx, b, c.ID, []string{"true"}), func() (func(), error) {
 			_, err := sup.Client.Exec(ctx, ss, args)
 			return nil, err
 		})
@@ -306,7 +307,7 @@ func BenchmarkDockerSupervisor(b *testing.B) {
 		}
 	}
 	b.Run("read-4KiB", func(b *testing.B) {
-		measurePair(b, func() (func(), error) {
+		measureBlocks(b, 20, func() (func(), error) {
 			_, err := plain.Client.ReadFile(ctx, ps, "f")
 			return nil, err
 		}, func() (func(), error) {
@@ -315,7 +316,7 @@ func BenchmarkDockerSupervisor(b *testing.B) {
 		})
 	})
 	b.Run("write-4KiB", func(b *testing.B) {
-		measurePair(b, func() (func(), error) {
+		measureBlocks(b, 20, func() (func(), error) {
 			_, err := plain.Client.WriteFile(ctx, ps, "f", data, 0o644)
 			return nil, err
 		}, func() (func(), error) {
