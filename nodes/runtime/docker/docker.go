@@ -139,6 +139,8 @@ type Runtime struct {
 	// links holds the supervisor links of the containers this runtime
 	// serves, by container id (FindSandboxes runs again and again).
 	links map[string]*link
+	// pools are the warm pools, once StartPools ran (guarded by mu).
+	pools *pools
 }
 
 // New returns a Docker runtime, or an error for an invalid config or a
@@ -178,6 +180,7 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // Close releases the client if the runtime made it (and returns its
 // error); a client from Config is the caller's to close.
 func (r *Runtime) Close() error {
+	r.closePools()
 	r.closeLinks()
 	if r.ownsClient {
 		return r.cli.Close()
@@ -219,6 +222,26 @@ func ContainerName(tenant, session string, epoch uint64) string {
 // container exists, unavailable when ctx ends, runtime_error when the
 // engine fails.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	if _, err := r.options(spec); err != nil {
+		return nil, err
+	}
+	if sb, err := r.claim(ctx, spec); sb != nil || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return sb, nil
+	}
+	sb, err := r.create(ctx, spec, ContainerName(spec.Tenant, spec.SessionID, spec.Epoch), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// create makes and starts a container named name for spec; adjust, when
+// set, changes its configuration first, and onCreated, when set, learns
+// its id as soon as it exists.
+func (r *Runtime) create(ctx context.Context, spec runtime.Spec, name string, adjust func(*container.Config), onCreated func(id string)) (*Sandbox, error) {
 	opts, err := r.options(spec)
 	if err != nil {
 		return nil, err
@@ -227,12 +250,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	name := ContainerName(spec.Tenant, spec.SessionID, spec.Epoch)
-	sb := &Sandbox{r: r, name: name, root: opts.root, user: opts.config.User}
-	if err := r.withSupervisor(sb, &opts); err != nil {
-		return nil, err
+	if adjust != nil {
+		adjust(opts.config)
 	}
-	fail := func(err error) (runtime.Sandbox, error) {
+	sb := &Sandbox{r: r, name: name, root: opts.root, user: opts.config.User}
+	r.withSupervisor(sb, &opts)
+	fail := func(err error) (*Sandbox, error) {
 		r.removeFailed(name, spec)
 		sb.dropLink()
 		return nil, err
@@ -246,6 +269,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		return fail(r.wrap(err, "create container"))
 	}
 	sb.id = resp.ID
+	if onCreated != nil {
+		onCreated(resp.ID)
+	}
 	if _, err := sb.owner(ctx); err != nil {
 		return fail(err)
 	}

@@ -70,10 +70,7 @@ func (s *Sandbox) exec(ctx context.Context, spec runtime.ExecSpec, held bool) (r
 	if err != nil {
 		return runtime.ExecResult{}, err
 	}
-	env := make([]string, 0, len(spec.Env))
-	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		env = append(env, k+"="+spec.Env[k])
-	}
+	env := s.execEnv(spec.Env)
 	user := spec.User
 	if user == "" {
 		user = s.user
@@ -312,4 +309,20 @@ func (s *Sandbox) runHelper(ctx context.Context, user, done, script string, args
 		return errors.New(args[0] + " did not run: " + got)
 	}
 	return nil
+}
+
+// execEnv is the environment an exec through the Docker API adds to the
+// container's: a claimed pool container's session variables (its
+// container was made without them), then the exec's own.
+func (s *Sandbox) execEnv(extra map[string]string) []string {
+	all := extra
+	if len(s.env) > 0 {
+		all = maps.Clone(s.env)
+		maps.Copy(all, extra)
+	}
+	env := make([]string, 0, len(all)+1)
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		env = append(env, k+"="+all[k])
+	}
+	return env
 }

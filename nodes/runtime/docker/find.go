@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,14 @@ func (r *Runtime) FindSandboxes(ctx context.Context) ([]runtime.Found, error) {
 	for _, c := range list {
 		epoch, err := strconv.ParseUint(c.Labels[LabelEpoch], 10, 64)
 		tenant, session := c.Labels[LabelTenant], c.Labels[LabelSession]
+		created := time.Unix(c.Created, 0)
+		var claim *claimRecord
+		if _, ok := c.Labels[LabelPool]; ok {
+			if claim, err = r.readClaim(c.ID); claim == nil {
+				continue // a pool's, or a previous run's (see reapPool)
+			}
+			tenant, session, epoch, created = claim.Tenant, claim.SessionID, claim.Epoch, claim.Claimed
+		}
 		if err != nil || tenant == "" || session == "" {
 			continue
 		}
@@ -56,13 +65,33 @@ func (r *Runtime) FindSandboxes(ctx context.Context) ([]runtime.Found, error) {
 		}
 		name := strings.TrimPrefix(ins.Name, "/")
 		sb := &Sandbox{r: r, id: c.ID, name: name, root: root, user: user}
-		sb.link = r.relink(sb, c.Labels[LabelSupervisor])
+		if claim != nil {
+			sb.env, sb.claimFile, sb.pooled = claim.Env, r.claimPath(c.ID), true
+			maps.Copy(env, claim.Env)
+		}
+		var claimEnv map[string]string
+		if claim != nil {
+			claimEnv = claim.Env
+		}
+		sb.link = r.relink(sb, c.Labels[LabelSupervisor], claimEnv)
 		out = append(out, runtime.Found{
 			Tenant: tenant, SessionID: session, Epoch: epoch,
-			Created: time.Unix(c.Created, 0), Running: ins.State != nil && ins.State.Running,
+			Created: created, Running: ins.State != nil && ins.State.Running,
 			Env:     env,
 			Sandbox: sb,
 		})
 	}
+	if err := r.reapPool(ctx); err != nil {
+		return out, err
+	}
 	return out, nil
+}
+
+// reapPool removes the node's unclaimed pool containers that no pool of
+// this runtime holds and that are over a minute old (a previous run's;
+// the age spares one a pool is making now).
+func (r *Runtime) reapPool(ctx context.Context) error {
+	return r.removeStalePool(ctx, func(c container.Summary) bool {
+		return time.Since(time.Unix(c.Created, 0)) < time.Minute
+	})
 }

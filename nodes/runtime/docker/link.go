@@ -90,8 +90,10 @@ func newLinkDir(parent string) (string, error) {
 }
 
 // listen opens a link on dir (made by newLinkDir, or found again after a
-// restart of the node) and starts accepting.
-func listen(dir string, restart func(ctx context.Context) error) (*link, error) {
+// restart of the node) and starts accepting. env, when set, is what every
+// connection is configured with (a claimed pool container's session
+// variables).
+func listen(dir string, restart func(ctx context.Context) error, env map[string]string) (*link, error) {
 	sock := filepath.Join(dir, socketName)
 	_ = os.Remove(sock) // a previous node's
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
@@ -104,7 +106,7 @@ func listen(dir string, restart func(ctx context.Context) error) (*link, error) 
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background()) // the link's life; close cancels it
-	l := &link{dir: dir, ln: ln, restart: restart, changed: make(chan struct{}), ctx: ctx, cancel: cancel}
+	l := &link{dir: dir, ln: ln, restart: restart, env: env, changed: make(chan struct{}), ctx: ctx, cancel: cancel}
 	l.wg.Go(l.acceptLoop)
 	l.wg.Go(l.watch)
 	return l, nil

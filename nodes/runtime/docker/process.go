@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"maps"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -83,10 +81,7 @@ func (s *Sandbox) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (r
 	if err != nil {
 		return nil, err
 	}
-	env := make([]string, 0, len(spec.Env)+1)
-	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		env = append(env, k+"="+spec.Env[k])
-	}
+	env := s.execEnv(spec.Env)
 	user := spec.User
 	if user == "" {
 		user = s.user

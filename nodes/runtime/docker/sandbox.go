@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,13 @@ type Sandbox struct {
 	link *link
 	// supNote says why a create went on without its supervisor.
 	supNote string
+	// A sandbox claimed from a warm pool: its session's variables (the
+	// container was made without them: every exec gets them), its claim
+	// file, and how long the claim took.
+	env       map[string]string
+	claimFile string
+	pooled    bool
+	claim     time.Duration
 
 	// life orders the container's state changes: Start, Stop and Remove on
 	// a stopped sandbox (which starts the container for its rm and stops it
@@ -129,6 +137,9 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 		return s.r.wrap(err, "remove container")
 	}
 	s.dropLink()
+	if s.claimFile != "" {
+		_ = os.Remove(s.claimFile)
+	}
 	s.mu.Lock()
 	s.gone = true
 	cancel := s.bgCancel

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
@@ -30,24 +31,24 @@ func supervisorArgv(root string) []string {
 // socket directory with the node listening in it, the binary and the
 // directory bind-mounted read-only, and the keep-alive that starts it.
 // Without Config.Supervisor it does nothing.
-func (r *Runtime) withSupervisor(sb *Sandbox, opts *created) error {
+func (r *Runtime) withSupervisor(sb *Sandbox, opts *created) {
 	if r.cfg.Supervisor == "" {
-		return nil
+		return
 	}
 	if _, err := os.Stat(r.cfg.Supervisor); err != nil {
 		sb.supNote = fmt.Sprintf("no supervisor binary: %v", err)
-		return nil
+		return
 	}
 	dir, err := newLinkDir(r.cfg.SupervisorDir)
 	if err != nil {
 		sb.supNote = fmt.Sprintf("no socket directory: %v", err)
-		return nil
+		return
 	}
-	l, err := listen(dir, sb.startSupervisor)
+	l, err := listen(dir, sb.startSupervisor, nil)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		sb.supNote = fmt.Sprintf("cannot listen for the supervisor: %v", err)
-		return nil
+		return
 	}
 	sb.link = l
 	opts.config.Labels[LabelSupervisor] = filepath.Base(dir)
@@ -56,7 +57,6 @@ func (r *Runtime) withSupervisor(sb *Sandbox, opts *created) error {
 		mount.Mount{Type: mount.TypeBind, Source: r.cfg.Supervisor, Target: supervisorPath, ReadOnly: true},
 		mount.Mount{Type: mount.TypeBind, Source: dir, Target: supervisorRun, ReadOnly: true},
 	)
-	return nil
 }
 
 // awaitSupervisor waits for a new container's supervisor to say hello,
@@ -82,7 +82,7 @@ func (r *Runtime) awaitSupervisor(ctx context.Context, sb *Sandbox) {
 // relink returns the link of a container found again (after a restart of
 // the node, or on a later pass of the reaper), listening anew in its
 // socket directory; nil without a supervisor.
-func (r *Runtime) relink(sb *Sandbox, label string) *link {
+func (r *Runtime) relink(sb *Sandbox, label string, env map[string]string) *link {
 	if r.cfg.Supervisor == "" || !linkName.MatchString(label) {
 		return nil
 	}
@@ -95,7 +95,7 @@ func (r *Runtime) relink(sb *Sandbox, label string) *link {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil
 	}
-	l, err := listen(dir, sb.startSupervisor)
+	l, err := listen(dir, sb.startSupervisor, env)
 	if err != nil {
 		return nil
 	}
@@ -177,4 +177,21 @@ func (s *Sandbox) Supervisor() SupervisorStatus {
 		st.Connects, st.Violations, st.Restarts = stats.Connects, stats.Violations, stats.Restarts
 	}
 	return st
+}
+
+// Provenance says how the sandbox was made, for its create's finish
+// event: supervisor is "" on a runtime without one, "connected" when its
+// supervisor answered, else "docker_api: " and why its operations go
+// through the Docker API; pooled says it was claimed from a warm pool, and
+// claim how long the claim took.
+func (s *Sandbox) Provenance() (supervisor string, pooled bool, claim time.Duration) {
+	switch {
+	case s.link == nil && s.supNote == "":
+		supervisor = ""
+	case s.link.current() != nil:
+		supervisor = "connected"
+	default:
+		supervisor = "docker_api: " + s.supNote
+	}
+	return supervisor, s.pooled, s.claim
 }

@@ -1,0 +1,285 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/google/uuid"
+
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/docker"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// pooledRuntime is a supervised runtime with a warm pool of n containers
+// of the base image, filled before it returns. dir is its supervisor
+// directory ("" for a new one).
+func pooledRuntime(t *testing.T, n int, maxIdle time.Duration) (*docker.Runtime, string) {
+	t.Helper()
+	image := testenv.SandboxBaseImage(t)
+	rt := newRuntimeWith(t, docker.Config{Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDir(t)})
+	if err := rt.StartPools(t.Context(), docker.PoolConfig{Pools: []docker.PoolSpec{{Image: image, Size: n}}, MaxIdle: maxIdle}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool to fill", 60*time.Second, func() bool { return rt.PoolFree()[image] == n })
+	return rt, image
+}
+
+// waitFor polls cond until it holds or d passes (then the test fails).
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// poolIDs lists the node's unclaimed-or-claimed pool containers.
+func poolIDs(t *testing.T, rt *docker.Runtime) []string {
+	t.Helper()
+	list, err := testenv.DockerClient(t).ContainerList(t.Context(), container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", docker.LabelNode+"="+rt.Node()), filters.Arg("label", docker.LabelPool))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range list {
+		ids = append(ids, c.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// TestPoolClaim: a create that matches the pool claims a ready container,
+// says so, runs with its session's variables through the supervisor and
+// through the Docker API alike, is found again as its session, leaves
+// nothing behind at shutdown, and the pool refills.
+func TestPoolClaim(t *testing.T) {
+	rt, image := pooledRuntime(t, 2, 0)
+	s := spec(rt, image)
+	s.Env = map[string]string{"GREETING": "hello pool"}
+	sb := create(t, rt, s)
+	sup, pooled, claim := sb.Provenance()
+	if !pooled || claim <= 0 || sup != "connected" {
+		t.Fatalf("Provenance: got %q, pooled %v, claim %s; want connected, pooled, a claim time", sup, pooled, claim)
+	}
+	if got := sh(t, sb, `echo "$GREETING"`); got != "hello pool\n" {
+		t.Errorf("exec through the supervisor: got %q", got)
+	}
+	res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", `echo "$GREETING"; id -u`}, User: "0"})
+	if err != nil || string(res.Stdout) != "hello pool\n0\n" {
+		t.Errorf("exec through the Docker API (as root): got %q, %v", res.Stdout, err)
+	}
+	found, err := rt.FindSandboxes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].SessionID != s.SessionID || found[0].Tenant != "t" || found[0].Env["GREETING"] != "hello pool" {
+		t.Fatalf("FindSandboxes: got %+v, want the claimed session with its variables", found)
+	}
+	waitFor(t, "the pool to refill", 60*time.Second, func() bool { return rt.PoolFree()[image] == 2 })
+	if err := sb.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if ids := poolIDs(t, rt); slices.Contains(ids, sb.ID()) || len(ids) != 2 {
+		t.Errorf("after shutdown: pool containers %v; want the 2 ready ones, not the claimed one", ids)
+	}
+}
+
+// TestPoolConcurrentClaims: many creates at once never share a container;
+// those the pool cannot serve are made cold.
+func TestPoolConcurrentClaims(t *testing.T) {
+	rt, image := pooledRuntime(t, 3, 0)
+	const n = 8
+	var mu sync.Mutex
+	var ids []string
+	pooled := 0
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			sb := create(t, rt, spec(rt, image))
+			_, p, _ := sb.Provenance()
+			mu.Lock()
+			defer mu.Unlock()
+			ids = append(ids, sb.ID())
+			if p {
+				pooled++
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(ids)
+	if len(slices.Compact(slices.Clone(ids))) != n {
+		t.Fatalf("%d creates got containers %v: some shared", n, ids)
+	}
+	if pooled != 3 {
+		t.Errorf("%d creates claimed from the pool, want 3 (its size)", pooled)
+	}
+}
+
+// TestPoolHardenedLikeCold: a pool container is configured exactly as a
+// cold create's container, and runs as the same unprivileged user.
+func TestPoolHardenedLikeCold(t *testing.T) {
+	rt, image := pooledRuntime(t, 1, 0)
+	warm := create(t, rt, spec(rt, image))
+	if _, p, _ := warm.Provenance(); !p {
+		t.Fatal("the first create was not claimed from the pool")
+	}
+	cold := create(t, rt, spec(rt, image))
+	if _, p, _ := cold.Provenance(); p {
+		t.Fatal("the second create was claimed too; the pool holds one")
+	}
+	cli := testenv.DockerClient(t)
+	w, err := cli.ContainerInspect(t.Context(), warm.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cli.ContainerInspect(t.Context(), cold.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh, ch := w.HostConfig, c.HostConfig
+	for _, f := range []struct {
+		what       string
+		warm, cold any
+	}{
+		{"CapDrop", wh.CapDrop, ch.CapDrop}, {"CapAdd", wh.CapAdd, ch.CapAdd},
+		{"SecurityOpt", wh.SecurityOpt, ch.SecurityOpt}, {"Privileged", wh.Privileged, ch.Privileged},
+		{"PidsLimit", *wh.PidsLimit, *ch.PidsLimit}, {"Memory", wh.Memory, ch.Memory}, {"MemorySwap", wh.MemorySwap, ch.MemorySwap},
+		{"NanoCPUs", wh.NanoCPUs, ch.NanoCPUs}, {"NetworkMode", wh.NetworkMode, ch.NetworkMode}, {"Init", *wh.Init, *ch.Init},
+		{"LogConfig", wh.LogConfig.Config["max-size"] + wh.LogConfig.Type, ch.LogConfig.Config["max-size"] + ch.LogConfig.Type},
+		{"ReadonlyRootfs", wh.ReadonlyRootfs, ch.ReadonlyRootfs}, {"mounts", len(wh.Mounts), len(ch.Mounts)},
+		{"User", w.Config.User, c.Config.User}, {"WorkingDir", w.Config.WorkingDir, c.Config.WorkingDir},
+		{"Cmd[:3]", w.Config.Cmd[:3], c.Config.Cmd[:3]}, {"Env", w.Config.Env, c.Config.Env},
+	} {
+		if !equalAny(f.warm, f.cold) {
+			t.Errorf("%s: pool container %v, cold container %v", f.what, f.warm, f.cold)
+		}
+	}
+	for _, m := range wh.Mounts {
+		if !m.ReadOnly {
+			t.Errorf("pool container mount %s is writable", m.Target)
+		}
+	}
+	if got := sh(t, warm, "id -u; id -g; stat -c '%u:%g' /workspace"); got != "65534\n65534\n65534:65534\n" {
+		t.Errorf("pool container's user and workspace: got %q", got)
+	}
+}
+
+// equalAny compares two inspected values by their printed form.
+func equalAny(a, b any) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+// TestPoolNoCarryOver: a pool container serves one session only; the next
+// session gets another container, with none of the first's files,
+// processes or variables.
+func TestPoolNoCarryOver(t *testing.T) {
+	rt, image := pooledRuntime(t, 2, 0)
+	s1 := spec(rt, image)
+	s1.Env = map[string]string{"SECRET": "s1"}
+	first := create(t, rt, s1)
+	sh(t, first, "echo mine > /workspace/note; (sleep 600 &) ; true")
+	if err := first.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	second := create(t, rt, spec(rt, image))
+	if _, p, _ := second.Provenance(); !p || second.ID() == first.ID() {
+		t.Fatalf("second session: pooled %v, container %s (first %s)", p, second.ID(), first.ID())
+	}
+	if got := sh(t, second, `ls -A /workspace; echo "secret=$SECRET"; ps -o args | grep -c '[s]leep 600' || true`); got != "secret=\n0\n" {
+		t.Errorf("the second session sees %q; want an empty workspace, no SECRET and no sleep", got)
+	}
+}
+
+// TestPoolRenewsIdle: containers older than MaxIdle are removed and made
+// anew.
+func TestPoolRenewsIdle(t *testing.T) {
+	rt, _ := pooledRuntime(t, 1, 2*time.Second)
+	before := poolIDs(t, rt)
+	waitFor(t, "the idle pool container to be renewed", 60*time.Second, func() bool {
+		now := poolIDs(t, rt)
+		return len(now) == 1 && !slices.Contains(now, before[0])
+	})
+}
+
+// TestPoolStaleRemoved: StartPools removes the unclaimed pool containers a
+// previous run of the node left; Close removes the ready ones.
+func TestPoolStaleRemoved(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	cli := testenv.DockerClient(t)
+	rt := newRuntimeWith(t, docker.Config{Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDir(t)})
+	stale := testenv.StartLabelledContainer(t, cli, image, map[string]string{docker.LabelNode: rt.Node(), docker.LabelPool: image})
+	if err := rt.StartPools(t.Context(), docker.PoolConfig{Pools: []docker.PoolSpec{{Image: image, Size: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if testenv.ContainerExists(t, cli, stale) {
+		t.Error("the previous run's pool container is still there")
+	}
+	waitFor(t, "the pool to fill", 60*time.Second, func() bool { return rt.PoolFree()[image] == 1 })
+	rt.Close()
+	if ids := poolIDs(t, rt); len(ids) != 0 {
+		t.Errorf("after Close: pool containers %v left", ids)
+	}
+}
+
+// TestPoolClaimReattached: a claimed pool container is found again by a
+// restarted node (a new runtime on the same node and directory), with its
+// session's variables given to its supervisor again.
+func TestPoolClaimReattached(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	cli := testenv.DockerClient(t)
+	node := "test-" + uuid.NewString()
+	dir := testenv.SupervisorDir(t)
+	cfg := docker.Config{Client: cli, Node: node, Supervisor: testenv.SupervisorBinary(t), SupervisorDir: dir}
+	t.Cleanup(func() { testenv.RemoveContainers(t, cli, docker.LabelNode+"="+node) })
+	first, err := docker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.StartPools(t.Context(), docker.PoolConfig{Pools: []docker.PoolSpec{{Image: image, Size: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool to fill", 60*time.Second, func() bool { return first.PoolFree()[image] == 1 })
+	s := runtime.Spec{Tenant: "t", SessionID: uuid.NewString(), Node: node, Epoch: 1, Image: image, Env: map[string]string{"V": "kept"}}
+	sb, err := first.Create(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.(*docker.Sandbox).ID()
+	first.Close() // the node goes; the claimed container stays, the ready ones go
+	second, err := docker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	found, err := second.FindSandboxes(t.Context())
+	if err != nil || len(found) != 1 || found[0].SessionID != s.SessionID || found[0].Env["V"] != "kept" {
+		t.Fatalf("FindSandboxes after the restart: %+v, %v", found, err)
+	}
+	again := found[0].Sandbox.(*docker.Sandbox)
+	waitFor(t, "the supervisor to reconnect", 30*time.Second, func() bool { return again.Supervisor().Connected })
+	if got := sh(t, again, `echo "$V"`); got != "kept\n" {
+		t.Errorf("after the restart: got %q, want the session's variable", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := again.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if testenv.ContainerExists(t, cli, id) {
+		t.Error("the claimed container outlived its shutdown")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "claims", id+".json")); !os.IsNotExist(err) {
+		t.Errorf("the claim file outlived the shutdown: %v", err)
+	}
+}
