@@ -91,7 +91,7 @@ type pools struct {
 	r   *Runtime
 	cfg PoolConfig
 
-	mu     sync.Mutex // guards the fields below
+	mu     sync.Mutex           // guards the fields below
 	ready  map[string][]*pooled // by image
 	owned  map[string]bool      // ids of the pool containers made by this runtime
 	closed bool
