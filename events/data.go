@@ -72,6 +72,18 @@ type StatusFinish struct {
 	// Reason says why the node itself ended the session (max_lifetime);
 	// absent for a client's command.
 	Reason string `json:"reason,omitempty"`
+	Made
+}
+
+// Made says how a node made a sandbox (create, and a resume that made a
+// new one): whether its operations go through its in-sandbox supervisor
+// ("connected"; "docker_api: " and why not; absent on a runtime without
+// one) and whether it was claimed from the node's warm pool, with how long
+// the claim took.
+type Made struct {
+	Supervisor string  `json:"supervisor,omitempty"`
+	Pooled     bool    `json:"pooled,omitempty"`
+	ClaimMS    float64 `json:"claim_ms,omitempty"`
 }
 
 // ExecStart is an exec's start data. Argv has secret values redacted;
@@ -232,6 +244,7 @@ type ResumeFinish struct {
 	Restored    bool   `json:"restored"`
 	SnapshotID  string `json:"snapshot_id,omitempty"`
 	ContainerID string `json:"container_id,omitempty"`
+	Made
 }
 
 // NodeInfo is what a node advertises: the data of its registered event
@@ -255,6 +268,9 @@ type NodeInfo struct {
 	// with; audit verify trusts it for this node only as far as the key
 	// was issued to the node (docs/security.md).
 	SigningKey string `json:"signing_key,omitempty"`
+	// Pools counts the node's ready warm-pool sandboxes by image;
+	// placement prefers a node with one free for the create's image.
+	Pools map[string]int `json:"pools,omitempty"`
 }
 
 // ProcStart is the start data of proc_start: the process as exec records

@@ -408,10 +408,21 @@ func (a *Agent) info() Info {
 	for _, s := range a.sessions {
 		tenants[s.tenant]++
 	}
+	var pools map[string]int
+	for _, rt := range a.runtimes {
+		if p, ok := rt.(interface{ PoolFree() map[string]int }); ok {
+			for img, n := range p.PoolFree() {
+				if pools == nil {
+					pools = map[string]int{}
+				}
+				pools[img] += n
+			}
+		}
+	}
 	return Info{
 		Node: a.cfg.ID, Runtimes: a.order, Capacity: a.cfg.Capacity, Sessions: len(a.sessions),
 		Tenants: tenants, Labels: a.cfg.Labels, Status: status, TS: time.Now().UTC(), SigningKey: a.log.SigningKey(),
-		Cordoned: a.cordoned,
+		Cordoned: a.cordoned, Pools: pools,
 	}
 }
 

@@ -158,7 +158,7 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 		st := string(projection.StatusRunning)
 		return outcome{
 			result: commands.CreateResult{SessionID: p.SessionID, Node: a.cfg.ID, Runtime: rtName, Status: st},
-			data:   events.StatusFinish{Status: st, ContainerID: containerID(sb)},
+			data:   events.StatusFinish{Status: st, ContainerID: containerID(sb), Made: made(sb)},
 		}, nil
 	})
 	if errcode.Of(startErr) == errcode.ConcurrencyConflict {
@@ -242,6 +242,23 @@ func (a *Agent) createRetry(ctx context.Context, tenant, id, commandID string) [
 		return replayReply(&first, *fin)
 	}
 	return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, fmt.Errorf("wait for create finish: %w", err), "the first create of this command id has not finished yet"))
+}
+
+// made says how the runtime made a sandbox, when it says (Docker: its
+// supervisor and its warm pool).
+func made(sb runtime.Sandbox) events.Made {
+	p, ok := sb.(interface {
+		Provenance() (supervisor string, pooled bool, claim time.Duration)
+	})
+	if !ok {
+		return events.Made{}
+	}
+	sup, pooled, claim := p.Provenance()
+	m := events.Made{Supervisor: sup, Pooled: pooled}
+	if pooled {
+		m.ClaimMS = float64(claim.Microseconds()) / 1000
+	}
+	return m
 }
 
 // containerID returns the runtime's id of a sandbox, when it has one.

@@ -100,6 +100,7 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 		}
 		d.Epoch++
 		d.ContainerID = containerID(nsb)
+		d.Made = made(nsb)
 		s.mu.Lock()
 		s.epoch = d.Epoch
 		s.mu.Unlock()

@@ -466,7 +466,7 @@ func (s *Scheduler) autoResume(tenant, id string, l lostSession) {
 		body := forward(req, commands.ResumePlacement{Tenant: tenant, SessionID: id})
 		wait := autoResumeFirstWait
 		for attempt := 1; ; attempt++ {
-			reply := s.place(s.ctx, want{l.runtime, l.nodeLabels}, "resume", tenant, body)
+			reply := s.place(s.ctx, want{runtime: l.runtime, labels: l.nodeLabels}, "resume", tenant, body)
 			var rep commands.Reply
 			err := json.Unmarshal(reply, &rep)
 			if err == nil && rep.Error == nil {

@@ -332,6 +332,9 @@ func (s *Scheduler) Nodes() []nodes.Info {
 type want struct {
 	runtime string
 	labels  map[string]string
+	// image, for a create, is the image it asks for: a node with a free
+	// warm-pool sandbox of it is preferred.
+	image string
 }
 
 func (w want) String() string {
@@ -367,17 +370,23 @@ func (w want) fits(n nodes.Info) bool {
 	return true
 }
 
-// pick returns the least loaded node (sessions over capacity) among those
-// that are up and fit w, skipping those in tried.
+// pick returns, among the nodes that are up and fit w (skipping those in
+// tried), one with a free warm-pool sandbox of w's image if any has one,
+// and the least loaded (sessions over capacity) of those.
 func (s *Scheduler) pick(w want, tried map[string]bool) (nodes.Info, bool) {
 	var best nodes.Info
 	found := false
+	warm := func(n nodes.Info) bool { return w.image != "" && n.Pools[w.image] > 0 }
 	for _, n := range s.Nodes() {
 		if tried[n.Node] || !w.fits(n) {
 			continue
 		}
-		if !found || n.Sessions*best.Capacity < best.Sessions*n.Capacity {
+		switch {
+		case !found, warm(n) && !warm(best):
 			best, found = n, true
+		case warm(n) != warm(best):
+		case n.Sessions*best.Capacity < best.Sessions*n.Capacity:
+			best = n
 		}
 	}
 	return best, found
@@ -478,7 +487,11 @@ func (s *Scheduler) handleCreate(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	defer release()
-	s.respondSpan(m, span, s.place(ctx, want{spec.Runtime, spec.NodeLabels}, "create", tenant, forward(req, commands.Placement{Tenant: tenant, SessionID: id, Spec: spec})))
+	image := spec.Image
+	if image == "" && spec.Runtime != "local" {
+		image = commands.DefaultImage
+	}
+	s.respondSpan(m, span, s.place(ctx, want{spec.Runtime, spec.NodeLabels, image}, "create", tenant, forward(req, commands.Placement{Tenant: tenant, SessionID: id, Spec: spec})))
 }
 
 // forward re-encodes req with args for a node: the scheduler speaks its
@@ -520,6 +533,7 @@ func (s *Scheduler) placeOnNode(ctx context.Context, w want, op, tenant string, 
 			switch {
 			case rep.Error == nil:
 				s.countSession(n.Node, tenant, 1)
+				s.takePooled(n.Node, w.image)
 			case rep.Error.Code == errcode.NoCapacity:
 				// The node is fuller than its last heartbeat said (or
 				// lacks the runtime after all): try another.
@@ -574,6 +588,24 @@ func (s *Scheduler) countSession(id, tenant string, n int) {
 		t[tenant] += n
 		r.info.Tenants = t
 	}
+	s.nodes[id] = r
+}
+
+// takePooled counts a warm-pool sandbox of image as taken on node id
+// until its next heartbeat says how many it has.
+func (s *Scheduler) takePooled(id, image string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.nodes[id]
+	if !ok || image == "" || r.info.Pools[image] == 0 {
+		return
+	}
+	p := make(map[string]int, len(r.info.Pools)) // a copy: the heartbeat's map may be read elsewhere
+	for k, v := range r.info.Pools {
+		p[k] = v
+	}
+	p[image]--
+	r.info.Pools = p
 	s.nodes[id] = r
 }
 

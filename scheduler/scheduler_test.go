@@ -142,6 +142,12 @@ func up(id string, capacity, sessions int, runtimes ...string) nodes.Info {
 
 func draining(info nodes.Info) nodes.Info { info.Status = "draining"; return info }
 
+// pooled gives a node's heartbeat free warm-pool sandboxes of image.
+func pooled(info nodes.Info, image string, free int) nodes.Info {
+	info.Pools = map[string]int{image: free}
+	return info
+}
+
 // TestPlacement: a create goes to the node that is up, offers the
 // requested runtime, has room, and holds the smallest share of its
 // capacity; the node gets the placement in the scheduler's contract
@@ -160,6 +166,10 @@ func TestPlacement(t *testing.T) {
 		{"draining node skipped", "", []nodes.Info{draining(up("a", 10, 0)), up("b", 10, 5)}, "b"},
 		{"node back up after draining", "", []nodes.Info{draining(up("a", 10, 0)), up("b", 10, 5), up("a", 10, 0)}, "a"},
 		{"latest heartbeat counts", "", []nodes.Info{up("a", 10, 0), up("b", 10, 1), up("a", 10, 9)}, "b"},
+		{"a free pooled sandbox first", "docker", []nodes.Info{up("a", 10, 0, "docker"), pooled(up("b", 10, 8, "docker"), commands.DefaultImage, 1)}, "b"},
+		{"a pool of another image does not count", "docker", []nodes.Info{up("a", 10, 0, "docker"), pooled(up("b", 10, 8, "docker"), "other:1", 3)}, "a"},
+		{"an empty pool does not count", "docker", []nodes.Info{up("a", 10, 0, "docker"), pooled(up("b", 10, 8, "docker"), commands.DefaultImage, 0)}, "a"},
+		{"pooled nodes by load", "docker", []nodes.Info{pooled(up("a", 10, 5, "docker"), commands.DefaultImage, 1), pooled(up("b", 10, 2, "docker"), commands.DefaultImage, 1), up("c", 10, 0, "docker")}, "b"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
