@@ -475,10 +475,17 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 }
 
 // Abandon (node's end) cancels the stream: the supervisor ends what runs
-// for it; what it still sends is dropped.
+// for it; what it still sends is dropped. A stream whose Result has come
+// is only forgotten by the connection (its holder may still take what it
+// queued).
 func (s *Stream) Abandon() {
 	s.mu.Lock()
-	if s.finished || s.err != nil || s.abandoned {
+	if s.finished {
+		s.mu.Unlock()
+		s.c.forget(s) // nothing more comes on it; the conn keeps nothing of it
+		return
+	}
+	if s.err != nil || s.abandoned {
 		s.mu.Unlock()
 		return
 	}

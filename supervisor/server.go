@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -52,10 +54,25 @@ func (srv *Server) Serve(nc net.Conn) error {
 	return err
 }
 
+// ErrRunning is what Run returns at once when another supervisor serves
+// the same socket.
+var ErrRunning = errors.New("another supervisor serves this socket")
+
 // Run dials the node's socket, says hello and serves, again and again
 // (a node that restarts listens anew), until ctx ends. Waits between
 // tries grow from 10 ms to 500 ms.
+//
+// One Run serves a socket at a time: it holds a lock on the socket's
+// directory, and a second one returns ErrRunning at once. (The node takes
+// the newest connection; two supervisors that each redial when displaced
+// would displace each other for ever. A restart that the node asks for
+// while the first one is still redialling is such a second one.)
 func (srv *Server) Run(ctx context.Context, socket string) error {
+	unlock, err := lockDir(filepath.Dir(socket))
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	wait := 10 * time.Millisecond
 	for ctx.Err() == nil {
 		var d net.Dialer
@@ -77,6 +94,26 @@ func (srv *Server) Run(ctx context.Context, socket string) error {
 		wait = min(2*wait, 500*time.Millisecond)
 	}
 	return ctx.Err()
+}
+
+// lockDir takes an exclusive lock on dir (flock on a close-on-exec
+// descriptor: it goes with the process however it ends, and the commands
+// the supervisor runs do not inherit it) and returns its release; a lock
+// held elsewhere is ErrRunning. Where locks do not work it goes on
+// unlocked.
+func lockDir(dir string) (func(), error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return func() {}, nil
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, ErrRunning
+		}
+		return func() {}, nil
+	}
+	return func() { f.Close() }, nil
 }
 
 // handle serves one call.
