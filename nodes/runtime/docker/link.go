@@ -226,6 +226,15 @@ func (l *link) watch() {
 			return
 		case <-t.C:
 		}
+		// Check again under the lock: a supervisor that connected as the
+		// timer fired needs no second one, and the lock orders the restart
+		// after what the sandbox's creator did under it (awaitSupervisor).
+		l.mu.Lock()
+		still := l.conn == nil && l.changed == changed
+		l.mu.Unlock()
+		if !still {
+			continue
+		}
 		rctx, cancel := context.WithTimeout(l.ctx, 30*time.Second)
 		if err := l.restart(rctx); err == nil {
 			l.mu.Lock()
