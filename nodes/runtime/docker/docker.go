@@ -256,7 +256,14 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, name string, ad
 	sb := &Sandbox{r: r, name: name, root: opts.root, user: opts.config.User}
 	r.withSupervisor(sb, &opts)
 	fail := func(err error) (*Sandbox, error) {
-		r.removeFailed(name, spec)
+		if sb.id != "" {
+			// Ours by id; not derived from ctx, which may be what ended.
+			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = r.cli.ContainerRemove(rctx, sb.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			cancel()
+		} else {
+			r.removeFailed(name, opts.config.Labels)
+		}
 		sb.dropLink()
 		return nil, err
 	}
@@ -372,8 +379,9 @@ func (r *Runtime) options(spec runtime.Spec) (created, error) {
 }
 
 // removeFailed removes the container a failed create may have left, but
-// only if it is this spec's (a name clash must not remove another).
-func (r *Runtime) removeFailed(name string, spec runtime.Spec) {
+// only if it carries the labels it was made with (a name clash must not
+// remove another).
+func (r *Runtime) removeFailed(name string, labels map[string]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := r.cli.ContainerInspect(ctx, name)
@@ -381,7 +389,8 @@ func (r *Runtime) removeFailed(name string, spec runtime.Spec) {
 		return
 	}
 	l := c.Config.Labels
-	if l[LabelSession] != spec.SessionID || l[LabelTenant] != spec.Tenant || l[LabelEpoch] != strconv.FormatUint(spec.Epoch, 10) {
+	if l[LabelSession] != labels[LabelSession] || l[LabelTenant] != labels[LabelTenant] || l[LabelEpoch] != labels[LabelEpoch] ||
+		l[LabelPool] != labels[LabelPool] || l[LabelSupervisor] != labels[LabelSupervisor] {
 		return
 	}
 	_ = r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})

@@ -45,14 +45,15 @@ type link struct {
 	ln      *net.UnixListener
 	restart func(ctx context.Context) error // starts a supervisor through the Docker API
 
-	mu      sync.Mutex // guards the fields below
-	conn    *supervisor.Conn
-	changed chan struct{} // closed (and replaced) when conn changes
-	env     map[string]string
-	envGen  int // counts setEnv calls
-	closed  bool
-	reason  string // why the last connection ended, for errors and logs
-	stats   linkStats
+	mu       sync.Mutex // guards the fields below
+	conn     *supervisor.Conn
+	changed  chan struct{} // closed (and replaced) when conn changes
+	env      map[string]string
+	envGen   int // counts setEnv calls
+	closed   bool
+	watching bool   // startWatch ran
+	reason   string // why the last connection ended, for errors and logs
+	stats    linkStats
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -108,8 +109,19 @@ func listen(dir string, restart func(ctx context.Context) error, env map[string]
 	ctx, cancel := context.WithCancel(context.Background()) // the link's life; close cancels it
 	l := &link{dir: dir, ln: ln, restart: restart, env: env, changed: make(chan struct{}), ctx: ctx, cancel: cancel}
 	l.wg.Go(l.acceptLoop)
-	l.wg.Go(l.watch)
 	return l, nil
+}
+
+// startWatch starts restarting a supervisor that has gone; only once the
+// container exists (the restart is an exec in it). It runs once.
+func (l *link) startWatch() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.watching || l.closed {
+		return
+	}
+	l.watching = true
+	l.wg.Go(l.watch)
 }
 
 func (l *link) acceptLoop() {

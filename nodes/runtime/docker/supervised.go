@@ -70,6 +70,7 @@ func (r *Runtime) awaitSupervisor(ctx context.Context, sb *Sandbox) {
 	r.lmu.Lock()
 	r.links[sb.id] = sb.link
 	r.lmu.Unlock()
+	sb.link.startWatch()
 	if sb.link.wait(ctx, r.cfg.SupervisorWait) == nil {
 		_, why := sb.link.snapshot()
 		sb.supNote = fmt.Sprintf("the supervisor did not connect within %s", r.cfg.SupervisorWait)
@@ -99,6 +100,7 @@ func (r *Runtime) relink(sb *Sandbox, label string, env map[string]string) *link
 	if err != nil {
 		return nil
 	}
+	l.startWatch()
 	r.links[sb.id] = l
 	return l
 }
