@@ -96,6 +96,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "compress workspace snapshots with zstd (smaller for compressible workspaces)")
 	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
 	metricsFlags := metricsflags.Register(fs)
+	dockerFlags := runtimes.RegisterDockerFlags(fs)
 	policy := policyflags.Register(fs)
 	traces := tracingflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -160,7 +161,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return nc, kp, nil
 		}),
 		fx.Provide(func(lc fx.Lifecycle) ([]runtime.Runtime, error) {
-			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.id, LocalDir: cfg.dir, Loopback: runtimes.URLIsLoopback(cfg.natsURL)}, logger)
+			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.id, LocalDir: cfg.dir, Loopback: runtimes.URLIsLoopback(cfg.natsURL), Docker: *dockerFlags}, logger)
 			if err != nil {
 				return nil, err
 			}

@@ -36,6 +36,7 @@ import (
 
 // serveConfig is what `engine serve` is told by its flags.
 type serveConfig struct {
+	docker      *runtimes.DockerFlags // the in-process node's supervisor and warm pools
 	stateDir    string
 	sandboxDir  string
 	listen      string
@@ -106,6 +107,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	retentionFlags := registerRetention(fs)
 	metricsFlags := metricsflags.Register(fs)
 	policy := policyflags.Register(fs)
+	cfg.docker = runtimes.RegisterDockerFlags(fs)
 	traces := tracingflags.Register(fs)
 	if _, _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -225,7 +227,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			if cfg.noLocalNode {
 				return nil
 			}
-			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback()}, logger)
+			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback(), Docker: *cfg.docker}, logger)
 			if err != nil {
 				return err
 			}

@@ -54,6 +54,8 @@ type Options struct {
 	// DockerPresent reports whether this host has Docker (default: the
 	// DOCKER_HOST variable or the daemon's socket); tests replace it.
 	DockerPresent func() bool
+	// Docker holds the supervisor and warm-pool settings.
+	Docker DockerFlags
 }
 
 // dockerPresent reports whether this host has Docker: DOCKER_HOST is set,
@@ -92,11 +94,14 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 	}
 	switch opts.Mode {
 	case "docker":
-		rt, err := openDocker(ctx, opts)
+		rt, err := openDocker(ctx, opts, logger)
 		if err != nil {
 			return nil, nil, err
 		}
 		ensureBaseImage(ctx, rt, logger)
+		if err := startPools(ctx, rt, opts, logger); err != nil {
+			return nil, nil, errors.Join(err, rt.Close())
+		}
 		return []runtime.Runtime{rt}, rt.Close, nil
 	case "auto":
 		if opts.DockerPresent() {
@@ -105,6 +110,9 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 				return nil, nil, fmt.Errorf("this host has Docker but its daemon did not answer within %s; not falling back to the local runtime, which is no security boundary (start Docker, or name --runtime local): %w", opts.DockerWait, err)
 			}
 			ensureBaseImage(ctx, rt, logger)
+			if err := startPools(ctx, rt, opts, logger); err != nil {
+				return nil, nil, errors.Join(err, rt.Close())
+			}
 			return []runtime.Runtime{rt}, rt.Close, nil
 		}
 		if !opts.Loopback {
@@ -135,9 +143,14 @@ func ensureBaseImage(ctx context.Context, rt *docker.Runtime, logger *slog.Logge
 
 // waitDocker asks the daemon until it answers or DockerWait has passed.
 func waitDocker(ctx context.Context, opts Options, logger *slog.Logger) (*docker.Runtime, error) {
+	bin, dir, err := opts.Docker.supervisorConfig(ctx, opts.Node, logger)
+	if err != nil {
+		return nil, err
+	}
+	opts.Docker.bin, opts.Docker.dir, opts.Docker.resolved = bin, dir, true
 	deadline := time.Now().Add(opts.DockerWait)
 	for attempt := 1; ; attempt++ {
-		rt, err := openDocker(ctx, opts)
+		rt, err := openDocker(ctx, opts, logger)
 		if err == nil {
 			return rt, nil
 		}
@@ -178,8 +191,15 @@ func URLIsLoopback(urls string) bool {
 	return true
 }
 
-func openDocker(ctx context.Context, opts Options) (*docker.Runtime, error) {
-	rt, err := docker.New(docker.Config{Node: opts.Node})
+func openDocker(ctx context.Context, opts Options, logger *slog.Logger) (*docker.Runtime, error) {
+	if !opts.Docker.resolved {
+		bin, dir, err := opts.Docker.supervisorConfig(ctx, opts.Node, logger)
+		if err != nil {
+			return nil, err
+		}
+		opts.Docker.bin, opts.Docker.dir, opts.Docker.resolved = bin, dir, true
+	}
+	rt, err := docker.New(docker.Config{Node: opts.Node, Supervisor: opts.Docker.bin, SupervisorDir: opts.Docker.dir})
 	if err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
@@ -189,4 +209,20 @@ func openDocker(ctx context.Context, opts Options) (*docker.Runtime, error) {
 		return nil, errors.Join(fmt.Errorf("docker daemon does not answer: %w", err), rt.Close())
 	}
 	return rt, nil
+}
+
+// startPools starts the warm pools the flags name; they need the
+// supervisor.
+func startPools(ctx context.Context, rt *docker.Runtime, opts Options, logger *slog.Logger) error {
+	if len(opts.Docker.Pools) == 0 {
+		return nil
+	}
+	err := rt.StartPools(ctx, docker.PoolConfig{Pools: opts.Docker.Pools, MaxIdle: opts.Docker.PoolMaxIdle, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("--pool: %w", err)
+	}
+	for _, p := range opts.Docker.Pools {
+		logger.Info("warm pool", "image", p.Image, "size", p.Size)
+	}
+	return nil
 }

@@ -1,0 +1,189 @@
+package runtimes
+
+import (
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/paddock-dev/paddock/nodes/runtime/docker"
+	"github.com/paddock-dev/paddock/supervisor"
+)
+
+// DockerFlags are the Docker runtime's flags that agent-node and engine
+// serve share: the in-sandbox supervisor and the warm pools.
+type DockerFlags struct {
+	// Supervisor is "auto" (find or build it; without one, the Docker
+	// API), "off", or the path of a static paddock-supervisor binary.
+	Supervisor string
+	// SupervisorDir holds the sandboxes' socket directories (default
+	// under the user's cache directory, per node).
+	SupervisorDir string
+	// Pools are the warm pools (--pool IMAGE=N, repeatable).
+	Pools []docker.PoolSpec
+	// PoolMaxIdle renews pool containers older than it.
+	PoolMaxIdle time.Duration
+
+	// bin and dir are what supervisorConfig resolved, once resolved.
+	bin, dir string
+	resolved bool
+}
+
+// RegisterDockerFlags adds --supervisor, --supervisor-dir, --pool and
+// --pool-max-idle to fs.
+func RegisterDockerFlags(fs *flag.FlagSet) *DockerFlags {
+	f := &DockerFlags{}
+	fs.StringVar(&f.Supervisor, "supervisor", "auto", `the in-sandbox supervisor for Docker sandboxes: "auto" (paddock-supervisor beside this binary or on PATH, else built from the source tree this runs in), "off" (every operation through the Docker API), or a path`)
+	fs.StringVar(&f.SupervisorDir, "supervisor-dir", "", "directory of the sandboxes' supervisor sockets; keep it across restarts (default: under the user's cache directory)")
+	fs.Func("pool", "keep N started Docker sandboxes of IMAGE ready for creates (IMAGE=N, repeatable; needs the supervisor)", func(s string) error {
+		p, err := docker.ParsePoolSpec(s)
+		if err != nil {
+			return err
+		}
+		f.Pools = append(f.Pools, p)
+		return nil
+	})
+	fs.DurationVar(&f.PoolMaxIdle, "pool-max-idle", 10*time.Minute, "renew a pool sandbox nobody has claimed for this long")
+	return f
+}
+
+// supervisorConfig resolves the supervisor binary and its socket
+// directory for node, saying on the log what it found.
+func (f DockerFlags) supervisorConfig(ctx context.Context, node string, logger *slog.Logger) (bin, dir string, err error) {
+	switch f.Supervisor {
+	case "off":
+		return "", "", nil
+	case "", "auto":
+		bin = findSupervisor(ctx, logger)
+		if bin == "" {
+			logger.Warn("no paddock-supervisor found or built: Docker sandboxes run every operation through the Docker API (tens of milliseconds each); build it with: CGO_ENABLED=0 go build -o <dir of this binary>/paddock-supervisor ./cmd/paddock-supervisor")
+			return "", "", nil
+		}
+	default:
+		bin, err = filepath.Abs(f.Supervisor)
+		if err != nil {
+			return "", "", err
+		}
+	}
+	if err := checkStatic(bin); err != nil {
+		if f.Supervisor == "auto" || f.Supervisor == "" {
+			logger.Warn("the paddock-supervisor found cannot run in sandboxes; using the Docker API", "path", bin, "err", err)
+			return "", "", nil
+		}
+		return "", "", fmt.Errorf("--supervisor: %w", err)
+	}
+	dir = f.SupervisorDir
+	if dir == "" {
+		dir = defaultSupervisorDir(node)
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return "", "", err
+	}
+	// A socket's path is at most 107 bytes: dir, a 16-character name and
+	// node.sock.
+	if len(dir) > 80 {
+		return "", "", fmt.Errorf("--supervisor-dir %q is too long for unix sockets (at most 80 bytes)", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	logger.Info("Docker sandboxes run the in-sandbox supervisor", "binary", bin, "sockets", dir)
+	return bin, dir, nil
+}
+
+// defaultSupervisorDir is a per-node directory under the user's cache
+// directory, or a short one under the temp directory when that would be
+// too long for sockets.
+func defaultSupervisorDir(node string) string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	dir := filepath.Join(base, "paddock", "sup", node)
+	if len(dir) <= 80 {
+		return dir
+	}
+	sum := sha256.Sum256([]byte(node))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("paddock-sup-%d-%s", os.Getuid(), hex.EncodeToString(sum[:6])))
+}
+
+// findSupervisor looks for paddock-supervisor beside this binary, then on
+// PATH, then builds it when this runs inside Paddock's source tree (as
+// `go run ./cmd/engine serve` does) with a Go toolchain on PATH.
+func findSupervisor(ctx context.Context, logger *slog.Logger) string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "paddock-supervisor")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("paddock-supervisor"); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
+		}
+	}
+	src, ok := sourceTree()
+	goTool, err := exec.LookPath("go")
+	if !ok || err != nil {
+		return ""
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	out := filepath.Join(base, "paddock", "bin", "paddock-supervisor")
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := supervisor.Build(bctx, goTool, src, out); err != nil {
+		logger.Warn("cannot build paddock-supervisor from the source tree", "err", err)
+		return ""
+	}
+	logger.Info("built paddock-supervisor from the source tree", "path", out)
+	return out
+}
+
+// sourceTree returns the directory of Paddock's go.mod at or above the
+// working directory.
+func sourceTree() (string, bool) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil {
+			first, _, _ := strings.Cut(string(b), "\n")
+			return dir, strings.TrimSpace(first) == "module github.com/paddock-dev/paddock"
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", false
+		}
+		dir = parent
+	}
+}
+
+// checkStatic refuses a binary that is not a statically linked ELF
+// executable (a sandbox image need not have a libc, and rarely has ours).
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s is not an ELF executable: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return errors.New(path + " is dynamically linked; build it with CGO_ENABLED=0")
+		}
+	}
+	return nil
+}
