@@ -43,6 +43,10 @@ type ResultMsg struct {
 	ExitCode int    `json:"exit_code,omitempty"`
 	Size     int64  `json:"size,omitempty"`
 	Mode     uint32 `json:"mode,omitempty"`
+	// Denied says the sandbox's user may not do it (the file system said
+	// EACCES or EPERM): the node does a file operation through the Docker
+	// API instead, as it always has.
+	Denied bool `json:"denied,omitempty"`
 }
 
 // ControlMsg is a Ctl frame's JSON: from the node, a resize (Rows and

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"maps"
 	"net"
+	"strings"
 	"os"
 	"path/filepath"
 	"sync"
@@ -172,11 +173,9 @@ func (srv *Server) handle(s *Stream, payload []byte) {
 // result encodes res with err's code and message.
 func result(res ResultMsg, err error) []byte {
 	if err != nil {
-		res.Code, res.Message = string(errcode.Of(err)), err.Error()
-		var e *errcode.Error
-		if errors.As(err, &e) && e.Message != "" {
-			res.Message = e.Message
-		}
+		res.Code = string(errcode.Of(err))
+		res.Message = strings.TrimPrefix(err.Error(), res.Code+": ")
+		res.Denied = errors.Is(err, fs.ErrPermission)
 	}
 	b, _ := json.Marshal(res)
 	return b

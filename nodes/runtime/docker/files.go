@@ -39,7 +39,9 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string, limit int64) ([]byte, 
 // anything is written.
 func (s *Sandbox) ReadFileTo(ctx context.Context, p string, w io.Writer, limit int64) (int64, fs.FileMode, error) {
 	if c := s.supConn(""); c != nil {
-		return s.supReadTo(ctx, c, p, w, limit)
+		if n, mode, err := s.supReadTo(ctx, c, p, w, limit); !errors.Is(err, errDenied) {
+			return n, mode, err
+		}
 	}
 	r, err := s.resolve(ctx, p, true)
 	if err != nil {
@@ -103,7 +105,12 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 		if mode == 0 {
 			mode = 0o644
 		}
-		return s.supWriteFrom(ctx, c, p, src, size, mode)
+		err := s.supWriteFrom(ctx, c, p, src, size, mode)
+		var d *deniedWrite
+		if !errors.As(err, &d) {
+			return err
+		}
+		src = d.replay
 	}
 	r, err := s.resolve(ctx, rel, false)
 	if err != nil {
@@ -134,7 +141,9 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 // invalid_path.
 func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
 	if c := s.supConn(""); c != nil {
-		return s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpMkdir, Path: p, Parents: parents})
+		if err := s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpMkdir, Path: p, Parents: parents}); !errors.Is(err, errDenied) {
+			return err
+		}
 	}
 	// Without parents any existing entry is already_exists: a symlink is
 	// not followed to say so. With them it is, to judge a directory.
@@ -225,7 +234,9 @@ func (s *Sandbox) Remove(ctx context.Context, p string, recursive bool) error {
 		return errcode.New(errcode.InvalidPath, "rm: the workspace root cannot be removed")
 	}
 	if c := s.supConn(""); c != nil {
-		return s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpRemove, Path: p, Recursive: recursive})
+		if err := s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpRemove, Path: p, Recursive: recursive}); !errors.Is(err, errDenied) {
+			return err
+		}
 	}
 	r, err := s.resolve(ctx, rel, false)
 	if err != nil {

@@ -37,7 +37,9 @@ const maxListOutput = 64 << 20
 // ~330-460 ms and ~760-800 ms.
 func (s *Sandbox) List(ctx context.Context, p string) ([]commands.Entry, error) {
 	if c := s.supConn(""); c != nil {
-		return s.supList(ctx, c, p)
+		if out, err := s.supList(ctx, c, p); !errors.Is(err, errDenied) {
+			return out, err
+		}
 	}
 	r, err := s.resolve(ctx, p, false)
 	if err != nil {

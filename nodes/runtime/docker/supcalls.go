@@ -38,6 +38,13 @@ var supCodes = map[errcode.Code]bool{
 	errcode.InvalidState: true,
 }
 
+// errDenied is what a file operation through the supervisor returns when
+// the sandbox's user may not do it: the caller does it through the Docker
+// API, whose archive endpoints act with the daemon's rights, as file
+// operations always have on this runtime. (A supervisor that claims it
+// for everything only slows its own sandbox down.)
+var errDenied = errors.New("the sandbox's user may not do this")
+
 // supErr maps a failed stream (the connection ended, a violation) onto a
 // typed error.
 func supErr(op string, err error) error {
@@ -58,6 +65,9 @@ func decodeResult(op string, payload []byte) (supervisor.ResultMsg, error) {
 	}
 	if res.Code == "" {
 		return res, nil
+	}
+	if res.Denied {
+		return res, errDenied
 	}
 	msg := res.Message
 	if len(msg) > maxMessage {
@@ -169,6 +179,8 @@ func (s *Sandbox) supReadTo(ctx context.Context, c *supervisor.Conn, p string, w
 		case supervisor.Result:
 			r, err := decodeResult("read", f.Payload)
 			switch {
+			case errors.Is(err, errDenied) && n > 0:
+				return n, 0, errcode.New(errcode.RuntimeError, "read: the sandbox's supervisor refused a file it had sent part of")
 			case err != nil:
 				return n, 0, err
 			case werr != nil:
@@ -182,7 +194,7 @@ func (s *Sandbox) supReadTo(ctx context.Context, c *supervisor.Conn, p string, w
 }
 
 // supWriteFrom writes a file through the supervisor (see WriteFileFrom).
-func (s *Sandbox) supWriteFrom(ctx context.Context, c *supervisor.Conn, p string, src io.Reader, size int64, mode fs.FileMode) error {
+func (s *Sandbox) supWriteFrom(ctx context.Context, c *supervisor.Conn, p string, src io.Reader, size int64, mode fs.FileMode) (err error) {
 	if _, err := runtime.Rel(s.root, p); err != nil {
 		return err
 	}
@@ -192,17 +204,32 @@ func (s *Sandbox) supWriteFrom(ctx context.Context, c *supervisor.Conn, p string
 	}
 	buf := make([]byte, min(int64(supervisor.Chunk), max(size, 1)))
 	var sent int64
+	// head keeps what was sent while it fits in the window: a supervisor
+	// refuses (errDenied) before it takes any data, so that much at most
+	// is replayed to the Docker API
+	// (and the chunk read but not sent when it answered) to the Docker API.
+	var head bytes.Buffer
+	var unsent []byte
+	defer func() {
+		if denied := errors.Is(err, errDenied); denied {
+			err = &deniedWrite{replay: io.MultiReader(bytes.NewReader(head.Bytes()), bytes.NewReader(unsent), src)}
+		}
+	}()
 	for sent < size {
 		k, rerr := io.ReadFull(src, buf[:min(int64(len(buf)), size-sent)])
 		if k > 0 {
 			if err := st.Send(ctx, supervisor.Data, buf[:k]); err != nil {
 				if errors.Is(err, supervisor.ErrFinished) {
+					unsent = buf[:k]
 					break // it answered early: its result says why
 				}
 				st.Abandon()
 				return supErr("write", err)
 			}
 			sent += int64(k)
+			if sent <= supervisor.Window {
+				head.Write(buf[:k])
+			}
 		}
 		if rerr != nil {
 			st.Abandon()
@@ -217,8 +244,18 @@ func (s *Sandbox) supWriteFrom(ctx context.Context, c *supervisor.Conn, p string
 		return supErr("write", err)
 	}
 	_, err = finishOp(ctx, st, "write")
+	if errors.Is(err, errDenied) && sent > supervisor.Window {
+		return errcode.New(errcode.RuntimeError, "write: the sandbox's supervisor refused a file it had taken data of")
+	}
 	return err
 }
+
+// deniedWrite is a write the supervisor refused (errDenied), with the
+// content to give the Docker API instead.
+type deniedWrite struct{ replay io.Reader }
+
+func (d *deniedWrite) Error() string { return errDenied.Error() }
+func (d *deniedWrite) Unwrap() error { return errDenied }
 
 // finishOp is finish with op's name in its errors.
 func finishOp(ctx context.Context, st *supervisor.Stream, op string) (supervisor.ResultMsg, error) {
