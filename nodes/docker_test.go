@@ -26,7 +26,11 @@ import (
 func dockerRuntime(t *testing.T, node string) *docker.Runtime {
 	t.Helper()
 	cli := testenv.DockerClient(t)
-	rt, err := docker.New(docker.Config{Client: cli, Node: node})
+	// Every node's sandboxes run the supervisor, as a deployment's do; a
+	// node restarted in a test finds its sockets again (one directory per
+	// node id).
+	rt, err := docker.New(docker.Config{Client: cli, Node: node,
+		Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDirFor(t, node)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -49,6 +51,20 @@ func SupervisorDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "psup")
 	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// SupervisorDirFor is SupervisorDir for a node id: the same directory for
+// the same id within a test binary, so that a node restarted in a test
+// listens where its sandboxes dial. It is removed when the test ends.
+func SupervisorDirFor(t testing.TB, node string) string {
+	t.Helper()
+	sum := sha256.Sum256([]byte(node))
+	dir := filepath.Join(os.TempDir(), "psup-"+strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
