@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/google/uuid"
 
+	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/testenv"
@@ -33,16 +34,16 @@ func pooledRuntime(t *testing.T, n int, maxIdle time.Duration) (*docker.Runtime,
 	return rt, image
 }
 
-// waitFor polls cond until it holds or d passes (then the test fails).
+// waitFor waits, with a deadline of d, until cond holds (see
+// testenv.Eventually).
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+	testenv.Eventually(t, d, func() error {
+		if !cond() {
+			return fmt.Errorf("still waiting for %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // poolIDs lists the node's unclaimed-or-claimed pool containers.
@@ -281,5 +282,45 @@ func TestPoolClaimReattached(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "claims", id+".json")); !os.IsNotExist(err) {
 		t.Errorf("the claim file outlived the shutdown: %v", err)
+	}
+}
+
+func TestParsePoolSpec(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want docker.PoolSpec
+		ok   bool
+	}{
+		{"paddock/sandbox-base:test=4", docker.PoolSpec{Image: "paddock/sandbox-base:test", Size: 4}, true},
+		{"a=b=2", docker.PoolSpec{Image: "a=b", Size: 2}, true},
+		{"img=64", docker.PoolSpec{Image: "img", Size: 64}, true},
+		{"img", docker.PoolSpec{}, false},
+		{"=3", docker.PoolSpec{}, false},
+		{"img=0", docker.PoolSpec{}, false},
+		{"img=65", docker.PoolSpec{}, false},
+		{"img=-1", docker.PoolSpec{}, false},
+		{"img=x", docker.PoolSpec{}, false},
+		{"img=", docker.PoolSpec{}, false},
+	} {
+		got, err := docker.ParsePoolSpec(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParsePoolSpec(%q) = %+v, %v; want %+v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if err != nil && errcode.Of(err) != errcode.InvalidRequest {
+			t.Errorf("ParsePoolSpec(%q): code %q, want invalid_request", tc.in, errcode.Of(err))
+		}
+	}
+}
+
+// TestStartPoolsNeedsSupervisor: pools without the supervisor, or with a
+// bad spec, are refused.
+func TestStartPoolsNeedsSupervisor(t *testing.T) {
+	rt := newRuntime(t)
+	if err := rt.StartPools(t.Context(), docker.PoolConfig{Pools: []docker.PoolSpec{{Image: "x", Size: 1}}}); err == nil {
+		t.Error("StartPools without the supervisor: no error")
+	}
+	sup := supervisedRuntime(t)
+	if err := sup.StartPools(t.Context(), docker.PoolConfig{Pools: []docker.PoolSpec{{Image: "", Size: 1}}}); err == nil {
+		t.Error("StartPools of an empty image: no error")
 	}
 }

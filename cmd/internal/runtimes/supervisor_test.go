@@ -1,0 +1,50 @@
+package runtimes
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+func TestCheckStatic(t *testing.T) {
+	if err := checkStatic(testenv.SupervisorBinary(t)); err != nil {
+		t.Errorf("the supervisor built by testenv: %v", err)
+	}
+	if err := checkStatic("/bin/sh"); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		t.Errorf("/bin/sh (dynamic on Debian): got %v, want dynamically linked", err)
+	}
+	script := filepath.Join(t.TempDir(), "sup")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkStatic(script); err == nil {
+		t.Error("a shell script: no error")
+	}
+}
+
+func TestSupervisorConfig(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	bin, dir, err := DockerFlags{Supervisor: "off"}.supervisorConfig(t.Context(), "n", logger)
+	if bin != "" || dir != "" || err != nil {
+		t.Errorf("off: got %q, %q, %v", bin, dir, err)
+	}
+	if _, _, err := (DockerFlags{Supervisor: filepath.Join(t.TempDir(), "missing")}).supervisorConfig(t.Context(), "n", logger); err == nil {
+		t.Error("a named binary that is missing: no error")
+	}
+	long := "/tmp/" + strings.Repeat("d", 90)
+	if _, _, err := (DockerFlags{Supervisor: testenv.SupervisorBinary(t), SupervisorDir: long}).supervisorConfig(t.Context(), "n", logger); err == nil {
+		t.Error("a socket directory too long for unix sockets: no error")
+	}
+	sockets := t.TempDir()
+	bin, dir, err = DockerFlags{Supervisor: testenv.SupervisorBinary(t), SupervisorDir: sockets}.supervisorConfig(t.Context(), "n", logger)
+	if err != nil || bin != testenv.SupervisorBinary(t) || dir != sockets {
+		t.Errorf("a named binary: got %q, %q, %v", bin, dir, err)
+	}
+	if d := defaultSupervisorDir(strings.Repeat("n", 200)); len(d) > 80 {
+		t.Errorf("default directory for a long node id: %q is over 80 bytes", d)
+	}
+}

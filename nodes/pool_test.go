@@ -1,0 +1,88 @@
+package nodes_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/nodes/runtime/docker"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// TestDockerPoolThroughNode: through the whole path, a create that
+// matches the node's warm pool claims a pooled sandbox and its finish
+// event says so (pooled, claim time, supervisor connected); a create that
+// does not match (other limits) is made cold; the node's heartbeats tell
+// the scheduler how many pooled sandboxes are free; the session's
+// variables and files work through the supervisor.
+func TestDockerPoolThroughNode(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	node := "pool-" + uuid.NewString()[:8]
+	rt := dockerRuntime(t, node)
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	ctx := testenv.Context(t, 2*time.Minute)
+	if err := rt.StartPools(ctx, docker.PoolConfig{Pools: []docker.PoolSpec{{Image: image, Size: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	startAgent(t, st, nodes.Config{ID: node, HeartbeatInterval: 100 * time.Millisecond}, rt)
+	free := func() int {
+		for _, n := range st.Scheduler.Nodes() {
+			if n.Node == node {
+				return n.Pools[image]
+			}
+		}
+		return -1
+	}
+	poolFree := func() error {
+		if n := free(); n != 1 {
+			return fmt.Errorf("the scheduler sees %d free pooled sandboxes on the node, want 1", n)
+		}
+		return nil
+	}
+	testenv.Eventually(t, time.Minute, poolFree)
+
+	warm, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image, Env: map[string]string{"WHO": "warm"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image, CPUs: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id     string
+		pooled bool
+	}{{warm.SessionID, true}, {cold.SessionID, false}} {
+		var fin events.StatusFinish
+		for _, ev := range sessionEvents(t, st, "default", c.id) {
+			if ev.Op == string(commands.OpCreate) && ev.Phase == events.PhaseFinish {
+				if err := json.Unmarshal(ev.Data, &fin); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if fin.Pooled != c.pooled || (c.pooled && fin.ClaimMS <= 0) || fin.Supervisor != "connected" {
+			t.Errorf("create finish of %s: %+v; want pooled %v (with a claim time) and supervisor connected", c.id, fin.Made, c.pooled)
+		}
+	}
+	res, err := st.Client.Exec(ctx, warm.SessionID, commands.ExecArgs{Shell: `echo "$WHO" > who.txt; cat who.txt`})
+	if err != nil || string(res.Stdout) != "warm\n" {
+		t.Errorf("exec in the pooled sandbox: %q, %v", res.Stdout, err)
+	}
+	if got, err := st.Client.ReadFile(ctx, warm.SessionID, "who.txt"); err != nil || string(got) != "warm\n" {
+		t.Errorf("read in the pooled sandbox: %q, %v", got, err)
+	}
+	testenv.Eventually(t, time.Minute, poolFree) // refilled, and the heartbeat says so
+	for _, id := range []string{warm.SessionID, cold.SessionID} {
+		if err := st.Client.Delete(ctx, id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
+	}
+}
