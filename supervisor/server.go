@@ -231,6 +231,10 @@ func (srv *Server) process(ctx context.Context, sb *local.Sandbox, s *Stream, ca
 		return ResultMsg{}, err
 	}
 	defer p.Close()
+	// Cancel (the node's Close) or the connection's end kills the process,
+	// which also ends the Read below.
+	stop := context.AfterFunc(ctx, func() { p.Close() })
+	defer stop()
 	started, _ := json.Marshal(ControlMsg{Started: true})
 	if err := s.Send(ctx, Ctl, started); err != nil {
 		return ResultMsg{}, err

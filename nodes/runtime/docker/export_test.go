@@ -34,5 +34,11 @@ func SplitPidHeader(chunks [][]byte) (int, []byte) {
 }
 
 // ProcessPid returns the wrapper's pid (the session id) of a process that
-// StartProcess returned.
-func ProcessPid(p runtime.Process) int { return p.(*process).hdr.pid() }
+// StartProcess returned through the Docker API; -1 for one through the
+// supervisor, which has no wrapper.
+func ProcessPid(p runtime.Process) int {
+	if dp, ok := p.(*process); ok {
+		return dp.hdr.pid()
+	}
+	return -1
+}

@@ -109,10 +109,9 @@ func wait(t *testing.T, p runtime.Process, want int) {
 	}
 }
 
-// TestProcessTTY: an interactive shell on a terminal runs what is typed,
+// testProcessTTY: an interactive shell on a terminal runs what is typed,
 // exits with the code it is told, and the wrapper's pid line never shows.
-func TestProcessTTY(t *testing.T) {
-	sb := sandbox(t)
+func testProcessTTY(t *testing.T, sb *docker.Sandbox) {
 	p, out := startProcess(t, sb, runtime.ProcessSpec{Argv: []string{"sh"}, TTY: true})
 	write(t, p, "echo hel''lo\n")
 	out.waitFor(t, "hello")
@@ -124,15 +123,16 @@ func TestProcessTTY(t *testing.T) {
 	if err := out.waitEnd(t); err != io.EOF {
 		t.Errorf("Read at the end: got %v, want io.EOF", err)
 	}
-	pid := strconv.Itoa(docker.ProcessPid(p))
-	if got := out.String(); strings.HasPrefix(got, pid+"\r\n") || strings.Contains(got, "\n"+pid+"\r\n") {
-		t.Errorf("output %q has the wrapper's pid line %s", got, pid)
+	if n := docker.ProcessPid(p); n > 0 {
+		pid := strconv.Itoa(n)
+		if got := out.String(); strings.HasPrefix(got, pid+"\r\n") || strings.Contains(got, "\n"+pid+"\r\n") {
+			t.Errorf("output %q has the wrapper's pid line %s", got, pid)
+		}
 	}
 }
 
-// TestProcessResize: Resize reaches the terminal, as does the initial size.
-func TestProcessResize(t *testing.T) {
-	sb := sandbox(t)
+// testProcessResize: Resize reaches the terminal, as does the initial size.
+func testProcessResize(t *testing.T, sb *docker.Sandbox) {
 	p, out := startProcess(t, sb, runtime.ProcessSpec{Argv: []string{"sh"}, TTY: true, Rows: 30, Cols: 90})
 	write(t, p, "stty size\n")
 	out.waitFor(t, "\n30 90\r\n")
@@ -147,10 +147,9 @@ func TestProcessResize(t *testing.T) {
 	wantCode(t, "Resize after exit", p.Resize(50, 120), errcode.InvalidState)
 }
 
-// TestProcessPipes: without a TTY, stdout and stderr come merged, stdin is
+// testProcessPipes: without a TTY, stdout and stderr come merged, stdin is
 // a pipe that CloseStdin ends.
-func TestProcessPipes(t *testing.T) {
-	sb := sandbox(t)
+func testProcessPipes(t *testing.T, sb *docker.Sandbox) {
 	p, out := startProcess(t, sb, runtime.ProcessSpec{Argv: []string{"sh", "-c", "echo out; echo err >&2; cat"}})
 	out.waitFor(t, "out\n")
 	out.waitFor(t, "err\n")
@@ -174,10 +173,9 @@ func TestProcessPipes(t *testing.T) {
 	}
 }
 
-// TestProcessEnvAndCwd: the process gets its env and cwd; a TERM of the
+// testProcessEnvAndCwd: the process gets its env and cwd; a TERM of the
 // caller's wins over the default one.
-func TestProcessEnvAndCwd(t *testing.T) {
-	sb := sandbox(t)
+func testProcessEnvAndCwd(t *testing.T, sb *docker.Sandbox) {
 	sh(t, sb, "mkdir sub")
 	p, out := startProcess(t, sb, runtime.ProcessSpec{
 		Argv: []string{"sh", "-c", `echo "$A:$TERM:$(pwd)"`}, Env: map[string]string{"A": "x y", "TERM": "dumb"}, Cwd: "sub", TTY: true,
@@ -189,11 +187,10 @@ func TestProcessEnvAndCwd(t *testing.T) {
 	}
 }
 
-// TestProcessSignal: a signal reaches the program (not the wrapper, which
+// testProcessSignal: a signal reaches the program (not the wrapper, which
 // reports how the program ended), and SIGKILL ends a program that traps
 // the others.
-func TestProcessSignal(t *testing.T) {
-	sb := sandbox(t)
+func testProcessSignal(t *testing.T, sb *docker.Sandbox) {
 	p, _ := startProcess(t, sb, runtime.ProcessSpec{Argv: []string{"sleep", "100009"}})
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("Signal TERM: %v", err)
@@ -216,10 +213,9 @@ func TestProcessSignal(t *testing.T) {
 	wantCode(t, "signal 65", p.Signal(65), errcode.InvalidRequest)
 }
 
-// TestProcessInterruptKey: ^C typed on the terminal interrupts the
+// testProcessInterruptKey: ^C typed on the terminal interrupts the
 // program; the wrapper lives on to report it (and to empty the session).
-func TestProcessInterruptKey(t *testing.T) {
-	sb := sandbox(t)
+func testProcessInterruptKey(t *testing.T, sb *docker.Sandbox) {
 	p, out := startProcess(t, sb, runtime.ProcessSpec{Argv: []string{"sh", "-c", "sleep 100010 & echo ready; sleep 100011"}, TTY: true})
 	out.waitFor(t, "ready")
 	write(t, p, "\x03")
@@ -227,10 +223,9 @@ func TestProcessInterruptKey(t *testing.T) {
 	noProcess(t, sb, "sleep 10001[01]")
 }
 
-// TestProcessLeftovers: what a process leaves in its session dies when it
+// testProcessLeftovers: what a process leaves in its session dies when it
 // exits.
-func TestProcessLeftovers(t *testing.T) {
-	sb := sandbox(t)
+func testProcessLeftovers(t *testing.T, sb *docker.Sandbox) {
 	p, out := startProcess(t, sb, runtime.ProcessSpec{Argv: []string{"sh", "-c", "sleep 100012 & echo started; exit 0"}})
 	wait(t, p, 0)
 	if err := out.waitEnd(t); err != io.EOF || out.String() != "started\n" {
@@ -239,10 +234,9 @@ func TestProcessLeftovers(t *testing.T) {
 	noProcess(t, sb, "sleep 100012")
 }
 
-// TestProcessClose: Close kills the session, ends Read and a pending Wait,
+// testProcessClose: Close kills the session, ends Read and a pending Wait,
 // and is idempotent.
-func TestProcessClose(t *testing.T) {
-	sb := sandbox(t)
+func testProcessClose(t *testing.T, sb *docker.Sandbox) {
 	p, out := startProcess(t, sb, runtime.ProcessSpec{Argv: []string{"sh", "-c", "sleep 100013 & echo ready; sleep 100014"}})
 	out.waitFor(t, "ready")
 	cancelled, cancel := context.WithCancel(t.Context())
@@ -277,10 +271,9 @@ func TestProcessClose(t *testing.T) {
 	noProcess(t, sb, "sleep 10001[34]")
 }
 
-// TestProcessNotRunnable: a program that is not found exits 127; an unknown
+// testProcessNotRunnable: a program that is not found exits 127; an unknown
 // user, a bad argv and a stopped sandbox are errors of StartProcess.
-func TestProcessNotRunnable(t *testing.T) {
-	sb := sandbox(t)
+func testProcessNotRunnable(t *testing.T, sb *docker.Sandbox) {
 	p, out := startProcess(t, sb, runtime.ProcessSpec{Argv: []string{"no-such-prog"}})
 	wait(t, p, 127)
 	out.waitEnd(t)
@@ -308,9 +301,8 @@ func TestProcessNotRunnable(t *testing.T) {
 	wantCode(t, "stopped sandbox", err, errcode.InvalidState)
 }
 
-// TestProcessFlood: a flood of output arrives whole, then io.EOF.
-func TestProcessFlood(t *testing.T) {
-	sb := sandbox(t)
+// testProcessFlood: a flood of output arrives whole, then io.EOF.
+func testProcessFlood(t *testing.T, sb *docker.Sandbox) {
 	p, err := sb.StartProcess(t.Context(), runtime.ProcessSpec{Argv: []string{"sh", "-c", "yes | head -c 5000000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -326,10 +318,9 @@ func TestProcessFlood(t *testing.T) {
 	wait(t, p, 0)
 }
 
-// TestProcessUnreadOutput: a process whose output nobody reads can still
+// testProcessUnreadOutput: a process whose output nobody reads can still
 // exit and be waited for, up to the buffer.
-func TestProcessUnreadOutput(t *testing.T) {
-	sb := sandbox(t)
+func testProcessUnreadOutput(t *testing.T, sb *docker.Sandbox) {
 	p, err := sb.StartProcess(t.Context(), runtime.ProcessSpec{Argv: []string{"head", "-c", "100000", "/dev/zero"}})
 	if err != nil {
 		t.Fatal(err)
@@ -339,5 +330,44 @@ func TestProcessUnreadOutput(t *testing.T) {
 	got, err := io.ReadAll(p)
 	if err != nil || len(got) != 100000 {
 		t.Errorf("ReadAll after Wait: got %d bytes, %v; want 100000", len(got), err)
+	}
+}
+
+// processTests run on both paths: the Docker API's exec (TestProcesses)
+// and the in-sandbox supervisor's (TestProcessesSupervised).
+var processTests = []struct {
+	name string
+	fn   func(t *testing.T, sb *docker.Sandbox)
+}{
+	{"TTY", testProcessTTY},
+	{"Resize", testProcessResize},
+	{"Pipes", testProcessPipes},
+	{"EnvAndCwd", testProcessEnvAndCwd},
+	{"Signal", testProcessSignal},
+	{"InterruptKey", testProcessInterruptKey},
+	{"Leftovers", testProcessLeftovers},
+	{"Close", testProcessClose},
+	{"NotRunnable", testProcessNotRunnable},
+	{"Flood", testProcessFlood},
+	{"UnreadOutput", testProcessUnreadOutput},
+}
+
+func TestProcesses(t *testing.T) {
+	for _, tc := range processTests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, sandbox(t)) })
+	}
+}
+
+func TestProcessesSupervised(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	rt := supervisedRuntime(t)
+	for _, tc := range processTests {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := create(t, rt, spec(rt, image))
+			if !sb.Supervisor().Connected {
+				t.Fatal("the supervisor is not connected")
+			}
+			tc.fn(t, sb)
+		})
 	}
 }

@@ -464,7 +464,10 @@ func (p *supProcess) CloseStdin() error {
 
 func (p *supProcess) control(c supervisor.ControlMsg) error {
 	if p.exited() {
-		return nil
+		if c.Signal == 0 {
+			return errExited("resize")
+		}
+		return nil // signalling a process that has exited is not an error
 	}
 	b, _ := json.Marshal(c)
 	if err := p.st.Send(context.Background(), supervisor.Ctl, b); err != nil && !errors.Is(err, supervisor.ErrFinished) {
