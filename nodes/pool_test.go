@@ -3,6 +3,9 @@ package nodes_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +87,49 @@ func TestDockerPoolThroughNode(t *testing.T) {
 		if err := st.Client.Delete(ctx, id); err != nil {
 			t.Errorf("delete %s: %v", id, err)
 		}
+	}
+}
+
+// TestDockerSupervisorFallbackRecorded: a sandbox whose supervisor cannot
+// start (here a binary that exits at once) works through the Docker API,
+// and its create's finish event says so and why.
+func TestDockerSupervisorFallbackRecorded(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	node := "fallback-" + uuid.NewString()[:8]
+	bogus := filepath.Join(t.TempDir(), "paddock-supervisor")
+	if err := os.WriteFile(bogus, []byte("exit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cli := testenv.DockerClient(t)
+	rt, err := docker.New(docker.Config{Client: cli, Node: node, Supervisor: bogus,
+		SupervisorDir: testenv.SupervisorDirFor(t, node), SupervisorWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testenv.RemoveContainers(t, cli, docker.LabelNode+"="+node); rt.Close() })
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	ctx := testenv.Context(t, 2*time.Minute)
+	startAgent(t, st, nodes.Config{ID: node}, rt)
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fin events.StatusFinish
+	for _, ev := range sessionEvents(t, st, "default", s.SessionID) {
+		if ev.Op == string(commands.OpCreate) && ev.Phase == events.PhaseFinish {
+			if err := json.Unmarshal(ev.Data, &fin); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !strings.HasPrefix(fin.Supervisor, "docker_api: the supervisor did not connect") {
+		t.Errorf("create finish: supervisor %q, want docker_api and why", fin.Supervisor)
+	}
+	res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: "echo through the daemon"})
+	if err != nil || string(res.Stdout) != "through the daemon\n" {
+		t.Errorf("exec: %q, %v", res.Stdout, err)
+	}
+	if err := st.Client.Delete(ctx, s.SessionID); err != nil {
+		t.Error(err)
 	}
 }
