@@ -19,20 +19,51 @@ import (
 	"github.com/paddock-dev/paddock/testenv"
 )
 
-// dockerBenchStack is a stack whose only node runs the Docker runtime.
+// dockerBenchStack is a stack whose only node runs the Docker runtime
+// through the Docker API alone.
 func dockerBenchStack(b *testing.B, sync time.Duration) (*testenv.Stack, string) {
+	b.Helper()
+	st, _, image := benchStack(b, sync, false, 0)
+	return st, image
+}
+
+// supervisedBenchStack is dockerBenchStack with the in-sandbox supervisor.
+func supervisedBenchStack(b *testing.B, sync time.Duration) (*testenv.Stack, string) {
+	b.Helper()
+	st, _, image := benchStack(b, sync, true, 0)
+	return st, image
+}
+
+// benchStack is a stack whose only node runs the Docker runtime, with the
+// in-sandbox supervisor when supervised and a warm pool of pool containers
+// of the base image (filled before it returns) when pool > 0; it returns
+// the runtime and the image too.
+func benchStack(b *testing.B, sync time.Duration, supervised bool, pool int) (*testenv.Stack, *docker.Runtime, string) {
 	b.Helper()
 	image := testenv.SandboxBaseImage(b)
 	node := "bench-" + uuid.NewString()[:8]
-	rt, err := docker.New(docker.Config{Client: testenv.DockerClient(b), Node: node})
+	cfg := docker.Config{Client: testenv.DockerClient(b), Node: node}
+	if supervised {
+		cfg.Supervisor, cfg.SupervisorDir = testenv.SupervisorBinary(b), testenv.SupervisorDir(b)
+	}
+	rt, err := docker.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { testenv.RemoveContainers(b, testenv.DockerClient(b), docker.LabelNode+"="+node) })
+	if pool > 0 {
+		if err := rt.StartPools(context.Background(), docker.PoolConfig{Pools: []docker.PoolSpec{{Image: image, Size: pool}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() { rt.Close() })
 	st := testenv.StartStack(b, testenv.StackOptions{
 		Broker: broker.Config{SyncInterval: sync}, Node: nodes.Config{ID: node}, Runtimes: []runtime.Runtime{rt},
 	})
-	return st, image
+	if pool > 0 {
+		waitPool(b, rt, image, pool)
+	}
+	return st, rt, image
 }
 
 // rawConfig is the container a Paddock create makes, for the raw API
@@ -102,26 +133,7 @@ func BenchmarkDockerExec(b *testing.B) {
 			}
 			defer st.Client.Shutdown(ctx, s.SessionID)
 			args := commands.ExecArgs{Argv: []string{"true"}}
-			// The same exec as the runtime makes: user, working directory
-			// and a marker variable, so that only Paddock's part differs.
-			opts := container.ExecOptions{
-				Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true,
-				User: docker.DefaultUser, WorkingDir: "/workspace", Env: []string{"PADDOCK_EXEC=bench"},
-			}
-			measurePair(b, func() (func(), error) {
-				ex, err := cli.ContainerExecCreate(ctx, c.ID, opts)
-				if err != nil {
-					return nil, err
-				}
-				att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
-				if err != nil {
-					return nil, err
-				}
-				_, _ = io.Copy(io.Discard, att.Reader)
-				att.Close()
-				_, err = cli.ContainerExecInspect(ctx, ex.ID)
-				return nil, err
-			}, func() (func(), error) {
+			measurePair(b, rawExec(ctx, b, c.ID, []string{"true"}), func() (func(), error) {
 				_, err := st.Client.Exec(ctx, s.SessionID, args)
 				return nil, err
 			})
@@ -217,27 +229,9 @@ func BenchmarkDockerExecStream(b *testing.B) {
 	})
 }
 
-// supervisedBenchStack is dockerBenchStack with the in-sandbox supervisor.
-func supervisedBenchStack(b *testing.B, sync time.Duration) (*testenv.Stack, string) {
-	b.Helper()
-	image := testenv.SandboxBaseImage(b)
-	node := "bench-" + uuid.NewString()[:8]
-	rt, err := docker.New(docker.Config{
-		Client: testenv.DockerClient(b), Node: node,
-		Supervisor: testenv.SupervisorBinary(b), SupervisorDir: testenv.SupervisorDir(b),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { testenv.RemoveContainers(b, testenv.DockerClient(b), docker.LabelNode+"="+node) })
-	st := testenv.StartStack(b, testenv.StackOptions{
-		Broker: broker.Config{SyncInterval: sync}, Node: nodes.Config{ID: node}, Runtimes: []runtime.Runtime{rt},
-	})
-	return st, image
-}
-
-// rawExec runs cmd in container id through exec create/attach/inspect,
-// as the runtime's Docker path does (the supervisor's baseline).
+// rawExec runs cmd in container id through exec create/attach/inspect
+// with the options the runtime's Docker path gives (user, working
+// directory, a marker variable), so that only Paddock's part differs.
 func rawExec(ctx context.Context, b *testing.B, id string, cmd []string) func() (func(), error) {
 	cli := testenv.DockerClient(b)
 	opts := container.ExecOptions{
