@@ -32,7 +32,7 @@ func Accept(nc net.Conn, timeout time.Duration, opts Options) (*Conn, HelloMsg, 
 	var h HelloMsg
 	if f.Type != Hello || f.Stream != 0 {
 		nc.Close()
-		return nil, h, fmt.Errorf("%w: the first frame is %s, not hello", ErrProtocol, f.Type)
+		return nil, h, fmt.Errorf("%w: the first frame is %s on stream %d, not hello on stream 0", ErrProtocol, f.Type, f.Stream)
 	}
 	if err := json.Unmarshal(f.Payload, &h); err != nil {
 		nc.Close()

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/paddock-dev/paddock/supervisor"
 )
 
@@ -63,14 +65,18 @@ type link struct {
 // linkStats counts what happened on a link, for tests and status.
 type linkStats struct {
 	Connects, Violations, Restarts int
+	// Accepted counts the connections accepted (hello or not).
+	Accepted int
 }
 
 // Timings of a link.
 var (
-	helloWait    = 2 * time.Second      // a connection must say hello within it
-	restartAfter = time.Second          // a supervisor gone this long is restarted
-	restartMax   = 30 * time.Second     // the longest wait between restarts
-	maxHandshake = 4                    // hellos awaited at once; more connections are refused
+	helloWait    = 2 * time.Second  // a connection must say hello within it
+	restartAfter = time.Second      // a supervisor gone this long is restarted
+	restartMax   = 30 * time.Second // the longest wait between restarts
+	maxHandshake = 4                // hellos awaited at once; more connections are refused
+	acceptRate   = rate.Limit(10)   // connections accepted a second, per sandbox, past the burst
+	acceptBurst  = 20
 	connOptions  = supervisor.Options{} // the defaults: ping 1s, silence 5s, write 10s
 )
 
@@ -126,11 +132,21 @@ func (l *link) startWatch() {
 
 func (l *link) acceptLoop() {
 	slots := make(chan struct{}, maxHandshake)
+	// A sandbox that dials again and again costs the node no more than
+	// acceptRate connections a second: past the burst the loop waits, and
+	// further dials wait in the kernel's backlog, inside the sandbox.
+	limit := rate.NewLimiter(acceptRate, acceptBurst)
 	for {
+		if err := limit.Wait(l.ctx); err != nil {
+			return // closed
+		}
 		nc, err := l.ln.Accept()
 		if err != nil {
 			return // closed
 		}
+		l.mu.Lock()
+		l.stats.Accepted++
+		l.mu.Unlock()
 		select {
 		case slots <- struct{}{}:
 		default:
