@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"time"
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -41,4 +42,12 @@ func ProcessPid(p runtime.Process) int {
 		return dp.hdr.pid()
 	}
 	return -1
+}
+
+// SetStaleAge sets the age past which the reaper removes a pool container
+// no pool holds, and returns the undo.
+func SetStaleAge(d time.Duration) func() {
+	old := staleAge
+	staleAge = d
+	return func() { staleAge = old }
 }

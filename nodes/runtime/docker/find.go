@@ -87,11 +87,15 @@ func (r *Runtime) FindSandboxes(ctx context.Context) ([]runtime.Found, error) {
 	return out, nil
 }
 
+// staleAge is how old an unclaimed pool container no pool holds must be
+// before the reaper removes it (younger ones may be a pool's in the
+// making).
+var staleAge = time.Minute
+
 // reapPool removes the node's unclaimed pool containers that no pool of
-// this runtime holds and that are over a minute old (a previous run's;
-// the age spares one a pool is making now).
+// this runtime holds and that are older than staleAge (a previous run's).
 func (r *Runtime) reapPool(ctx context.Context) error {
 	return r.removeStalePool(ctx, func(c container.Summary) bool {
-		return time.Since(time.Unix(c.Created, 0)) < time.Minute
+		return time.Since(time.Unix(c.Created, 0)) < staleAge
 	})
 }

@@ -324,3 +324,23 @@ func TestStartPoolsNeedsSupervisor(t *testing.T) {
 		t.Error("StartPools of an empty image: no error")
 	}
 }
+
+// TestReaperRemovesStalePool: the reaper's pass (FindSandboxes) removes an
+// unclaimed pool container no pool of the node holds, and leaves the
+// pool's own ready ones alone.
+func TestReaperRemovesStalePool(t *testing.T) {
+	defer docker.SetStaleAge(0)()
+	rt, image := pooledRuntime(t, 1, 0)
+	cli := testenv.DockerClient(t)
+	ready := poolIDs(t, rt)
+	stale := testenv.StartLabelledContainer(t, cli, image, map[string]string{docker.LabelNode: rt.Node(), docker.LabelPool: image})
+	if _, err := rt.FindSandboxes(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if testenv.ContainerExists(t, cli, stale) {
+		t.Error("the stale pool container is still there after the reaper's pass")
+	}
+	if got := poolIDs(t, rt); !slices.Equal(got, ready) || rt.PoolFree()[image] != 1 {
+		t.Errorf("the pool's own containers: got %v (free %d), want %v", got, rt.PoolFree()[image], ready)
+	}
+}
