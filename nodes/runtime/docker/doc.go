@@ -27,6 +27,18 @@
 // the user may not be root and nobody inside has the capability to chown),
 // unless the image already has it so.
 //
+// # The in-sandbox supervisor and warm pools
+//
+// With Config.Supervisor, every container also runs the supervisor
+// (package supervisor, cmd/paddock-supervisor), bind-mounted read-only and
+// started by the keep-alive as the sandbox's user; it dials a unix socket
+// the node listens on in a directory of its own per container (link.go).
+// While it is connected, exec, processes and the file operations go
+// through it (supcalls.go) in a few milliseconds, and what follows
+// describes the Docker API path they take otherwise: another user, a file
+// the sandbox's user may not touch, no supervisor (supervised.go).
+// StartPools keeps warm pools of such containers (pool.go).
+//
 // # Exec
 //
 // Exec runs through exec create/attach/inspect, with stdout and stderr
