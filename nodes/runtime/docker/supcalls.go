@@ -399,6 +399,9 @@ func (p *supProcess) pump() {
 		f, err := p.st.Recv(context.Background()) // the stream's own end (Result, conn end, Close) ends this
 		if err != nil {
 			p.code, p.err = -1, supErr("proc", err)
+			if errors.Is(err, supervisor.ErrAbandoned) {
+				p.err = errClosed // Close ran
+			}
 			p.out.finish(p.err)
 			return
 		}
@@ -507,7 +510,7 @@ func (p *supProcess) Wait(ctx context.Context) (int, error) {
 
 // Close kills what is left of the process and frees its buffer.
 func (p *supProcess) Close() error {
+	p.out.close() // first: a pending Read gets os.ErrClosed, not the stream's end
 	p.st.Abandon()
-	p.out.close()
 	return nil
 }
