@@ -124,8 +124,10 @@ func TestPoolConcurrentClaims(t *testing.T) {
 	if len(slices.Compact(slices.Clone(ids))) != n {
 		t.Fatalf("%d creates got containers %v: some shared", n, ids)
 	}
-	if pooled != 3 {
-		t.Errorf("%d creates claimed from the pool, want 3 (its size)", pooled)
+	// All 8 ask at once, while the pool holds 3; a refill that finishes
+	// during the burst may serve one more.
+	if pooled < 3 {
+		t.Errorf("%d creates claimed from the pool, want at least 3 (its size)", pooled)
 	}
 }
 
