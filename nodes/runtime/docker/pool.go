@@ -219,10 +219,13 @@ func (p *pools) fill() {
 	}
 }
 
-// short returns a pool below its size.
+// short returns a pool below its size (none once the pools are closed).
 func (p *pools) short() (PoolSpec, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return PoolSpec{}, false
+	}
 	for _, spec := range p.cfg.Pools {
 		if len(p.ready[spec.Image]) < spec.Size {
 			return spec, true
@@ -253,8 +256,11 @@ func (p *pools) expire() {
 }
 
 // make makes one pool container of image, as Create makes a session's.
+// Close does not cancel it (a create cancelled while the daemon makes the
+// container can leave one behind that nothing knows of); Close waits for
+// it and then removes what it made.
 func (p *pools) make(image string) (*Sandbox, error) {
-	ctx, cancel := context.WithTimeout(p.ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // not p.ctx: see above
 	defer cancel()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
