@@ -21,9 +21,12 @@ func TestStreamSurvivesServerLoss(t *testing.T) {
 	nc := testenv.Connect(t, c.URL())
 	js := testenv.JetStream(t, nc)
 	ctx := testenv.Context(t, 2*time.Minute)
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
+	// A cluster that has just formed may refuse an R3 placement for a
+	// moment ("no suitable peers"); the engine retries it too.
+	testenv.Eventually(t, time.Minute, func() error {
+		_, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3})
+		return err
+	})
 	log := events.NewLog(js, "", "")
 	session := uuid.NewString()
 	var last uint64

@@ -25,10 +25,14 @@ func TestReadLeader(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js := testenv.JetStream(t, nc)
 	ctx := testenv.Context(t, 2*time.Minute)
-	b, err := projector.EnsureBuckets(ctx, js, projector.Config{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// As the engine does (retrySetup): a cluster that has just formed may
+	// refuse an R3 placement for a moment ("no suitable peers").
+	var b projector.Buckets
+	testenv.Eventually(t, 60*time.Second, func() error {
+		var err error
+		b, err = projector.EnsureBuckets(ctx, js, projector.Config{Replicas: 3})
+		return err
+	})
 	for i, v := range []string{`{"v":1}`, `{"v":2}`} {
 		if _, err := b.Nodes.Put(ctx, "n1", []byte(v)); err != nil {
 			t.Fatalf("put %d: %v", i, err)

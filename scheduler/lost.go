@@ -302,6 +302,12 @@ func (s *Scheduler) closeLost(ctx context.Context, tenant, id, node string, last
 		if st.Node != node || !lostWith(st.Status) {
 			return false, lostSession{}, nil
 		}
+		if recordingLoss(evs, st) {
+			// Another engine is writing this loss (its node_lost start is
+			// open): its finish follows, and a second record would close
+			// the first as failed.
+			return false, lostSession{}, nil
+		}
 		if taker := takenUp(evs, st, node); taker != "" && s.up(taker) {
 			return false, lostSession{}, errTakingOver
 		}
@@ -317,6 +323,22 @@ func (s *Scheduler) closeLost(ctx context.Context, tenant, id, node string, last
 		res := lostSession{epoch: st.Epoch, runtime: st.Runtime, nodeLabels: st.NodeLabels, snapshot: st.LastSnapshot != nil, hasSecrets: len(create.SecretEnvKeys) > 0}
 		return st.Status != projection.StatusCreating, res, nil
 	}
+}
+
+// lossPatience is how long a node_lost start may stay open before another
+// engine takes the one that wrote it for gone and records the loss again.
+const lossPatience = 30 * time.Second
+
+// recordingLoss reports whether a node_lost start is open and recent:
+// another engine is recording the loss now.
+func recordingLoss(evs []events.Event, st projection.Session) bool {
+	for _, ev := range evs {
+		if _, open := st.InFlight[ev.SpanID]; open && ev.Phase == events.PhaseStart &&
+			ev.Op == string(commands.OpNodeLost) && time.Since(ev.TS) < lossPatience {
+			return true
+		}
+	}
+	return false
 }
 
 // takenUp returns the node that has begun to take the session over from

@@ -2,11 +2,14 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/paddock-dev/paddock/broker"
 )
@@ -118,7 +121,8 @@ func (c *Cluster) Restart(i int) {
 }
 
 // WaitJetStream waits until a client of the running servers gets an
-// answer from JetStream (a meta leader is elected).
+// answer from JetStream (a meta leader is elected) and every running
+// server is a current, online peer of the meta group.
 func (c *Cluster) WaitJetStream(d time.Duration) {
 	c.t.Helper()
 	nc := Connect(c.t, c.URL())
@@ -127,7 +131,50 @@ func (c *Cluster) WaitJetStream(d time.Duration) {
 	Eventually(c.t, d, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := js.AccountInfo(ctx)
-		return err
+		if _, err := js.AccountInfo(ctx); err != nil {
+			return err
+		}
+		return c.metaCurrent()
 	})
+}
+
+// metaCurrent returns nil once every running server is current in the
+// JetStream meta group and its leader sees every other running server
+// online: before that, an R3 asset can be refused with "no suitable
+// peers for placement, peer offline" (seen under CI's load).
+func (c *Cluster) metaCurrent() error {
+	running := 0
+	var leader *server.Server
+	for _, b := range c.Brokers {
+		if b == nil {
+			continue
+		}
+		running++
+		s := b.Server()
+		if !s.JetStreamIsCurrent() {
+			return fmt.Errorf("server %s is not current in the meta group", s.Name())
+		}
+		if s.JetStreamIsLeader() {
+			leader = s
+		}
+	}
+	if leader == nil {
+		return errors.New("no running server leads the meta group")
+	}
+	info, err := leader.Jsz(nil)
+	if err != nil {
+		return err
+	}
+	online := 0
+	if info.Meta != nil {
+		for _, r := range info.Meta.Replicas {
+			if r.Current && !r.Offline {
+				online++
+			}
+		}
+	}
+	if online < running-1 {
+		return fmt.Errorf("the meta leader sees %d of the %d other running servers online", online, running-1)
+	}
+	return nil
 }
