@@ -9,12 +9,15 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/supervisor"
 )
@@ -44,8 +47,8 @@ func RegisterDockerFlags(fs *flag.FlagSet) *DockerFlags {
 	f := &DockerFlags{}
 	fs.StringVar(&f.Supervisor, "supervisor", "auto", `the in-sandbox supervisor for Docker sandboxes: "auto" (paddock-supervisor beside this binary or on PATH, else built from the source tree this runs in), "off" (every operation through the Docker API), or a path`)
 	fs.StringVar(&f.SupervisorDir, "supervisor-dir", "", "directory of the sandboxes' supervisor sockets; keep it across restarts (default: under the user's cache directory)")
-	fs.Func("pool", "keep N started Docker sandboxes of IMAGE ready for creates (IMAGE=N, repeatable; needs the supervisor)", func(s string) error {
-		p, err := docker.ParsePoolSpec(s)
+	fs.Func("pool", "keep N started Docker sandboxes of IMAGE ready for creates that ask for the same limits: IMAGE=N[,cpus=C][,memory=M][,pids=P] (default limits unless named; repeatable; needs the supervisor)", func(s string) error {
+		p, err := ParsePool(s)
 		if err != nil {
 			return err
 		}
@@ -186,4 +189,40 @@ func checkStatic(path string) error {
 		}
 	}
 	return nil
+}
+
+// ParsePool parses a --pool value: IMAGE=N, then optional limits
+// cpus=C, memory=M (a size such as 256m) and pids=P, comma separated.
+func ParsePool(s string) (docker.PoolSpec, error) {
+	parts := strings.Split(s, ",")
+	p, err := docker.ParsePoolSpec(parts[0])
+	if err != nil {
+		return p, err
+	}
+	for _, kv := range parts[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "cpus":
+			p.CPUs, err = strconv.ParseFloat(v, 64)
+			if err == nil && (p.CPUs <= 0 || math.IsInf(p.CPUs, 0) || math.IsNaN(p.CPUs)) {
+				err = errors.New("not a positive number")
+			}
+		case "memory":
+			p.MemoryBytes, err = bytesize.Parse(v)
+			if err == nil && p.MemoryBytes <= 0 {
+				err = errors.New("not a positive size")
+			}
+		case "pids":
+			p.PidsLimit, err = strconv.ParseInt(v, 10, 64)
+			if err == nil && p.PidsLimit <= 0 {
+				err = errors.New("not a positive number")
+			}
+		default:
+			err = errors.New("unknown limit (cpus, memory or pids)")
+		}
+		if err != nil {
+			return docker.PoolSpec{}, fmt.Errorf("pool %q: %q: %w", s, kv, err)
+		}
+	}
+	return p, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -46,5 +47,28 @@ func TestSupervisorConfig(t *testing.T) {
 	}
 	if d := defaultSupervisorDir(strings.Repeat("n", 200)); len(d) > 80 {
 		t.Errorf("default directory for a long node id: %q is over 80 bytes", d)
+	}
+}
+
+func TestParsePool(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want docker.PoolSpec
+		ok   bool
+	}{
+		{"img:1=2", docker.PoolSpec{Image: "img:1", Size: 2}, true},
+		{"img=2,cpus=0.5,memory=256m,pids=100", docker.PoolSpec{Image: "img", Size: 2, CPUs: 0.5, MemoryBytes: 256 << 20, PidsLimit: 100}, true},
+		{"img=2,cpus=0", docker.PoolSpec{}, false},
+		{"img=2,cpus=NaN", docker.PoolSpec{}, false},
+		{"img=2,memory=-1", docker.PoolSpec{}, false},
+		{"img=2,pids=x", docker.PoolSpec{}, false},
+		{"img=2,gpus=1", docker.PoolSpec{}, false},
+		{"img=2,", docker.PoolSpec{}, false},
+		{"img,cpus=1", docker.PoolSpec{}, false},
+	} {
+		got, err := ParsePool(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParsePool(%q) = %+v, %v; want %+v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
 	}
 }

@@ -42,10 +42,15 @@ import (
 // claimed, and then only in its claim file.
 const LabelPool = "paddock.pool"
 
-// PoolSpec is one warm pool: Size ready containers of Image.
+// PoolSpec is one warm pool: Size ready containers of Image with one
+// limits profile (zero: the runtime's default). A create claims from the
+// pool whose image and effective limits are its own.
 type PoolSpec struct {
-	Image string
-	Size  int
+	Image       string
+	Size        int
+	CPUs        float64
+	MemoryBytes int64
+	PidsLimit   int64
 }
 
 // ParsePoolSpec parses IMAGE=N (N from 1 to 64), as the --pool flag gives
@@ -125,10 +130,19 @@ func (r *Runtime) StartPools(ctx context.Context, cfg PoolConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	seen := map[string]bool{}
 	for _, p := range cfg.Pools {
 		if p.Image == "" || p.Size < 1 {
 			return fmt.Errorf("docker: pool %q=%d: an image and a size of at least 1 are required", p.Image, p.Size)
 		}
+		if _, err := r.options(runtime.Spec{Tenant: "pool", SessionID: "check", Image: p.Image, CPUs: p.CPUs, MemoryBytes: p.MemoryBytes, PidsLimit: p.PidsLimit}); err != nil {
+			return fmt.Errorf("docker: pool of %s: %w", p.Image, err)
+		}
+		k := r.poolKey(p.Image, p.CPUs, p.MemoryBytes, p.PidsLimit)
+		if seen[k] {
+			return fmt.Errorf("docker: two pools of %s with the same limits", p.Image)
+		}
+		seen[k] = true
 	}
 	if err := os.MkdirAll(r.claimDir(), 0o700); err != nil {
 		return err
@@ -152,6 +166,25 @@ func (r *Runtime) StartPools(ctx context.Context, cfg PoolConfig) error {
 
 func (r *Runtime) claimDir() string { return filepath.Join(r.cfg.SupervisorDir, "claims") }
 
+// poolKey names a pool by its image and effective limits (zeros take the
+// runtime's defaults), so that a create's spec and a pool's compare alike.
+func (r *Runtime) poolKey(image string, cpus float64, mem, pids int64) string {
+	if cpus == 0 {
+		cpus = r.cfg.DefaultCPUs
+	}
+	if mem == 0 {
+		mem = r.cfg.DefaultMemoryBytes
+	}
+	if pids == 0 {
+		pids = r.cfg.DefaultPidsLimit
+	}
+	return fmt.Sprintf("%s|%g|%d|%d", image, cpus, mem, pids)
+}
+
+func (p *pools) key(spec PoolSpec) string {
+	return p.r.poolKey(spec.Image, spec.CPUs, spec.MemoryBytes, spec.PidsLimit)
+}
+
 // PoolFree returns how many ready containers each pool holds now.
 func (r *Runtime) PoolFree() map[string]int {
 	p := r.getPools()
@@ -162,7 +195,7 @@ func (r *Runtime) PoolFree() map[string]int {
 	defer p.mu.Unlock()
 	out := map[string]int{}
 	for _, spec := range p.cfg.Pools {
-		out[spec.Image] = len(p.ready[spec.Image])
+		out[spec.Image] += len(p.ready[p.key(spec)])
 	}
 	return out
 }
@@ -184,7 +217,7 @@ func (p *pools) fill() {
 		p.expire()
 		spec, ok := p.short()
 		if ok {
-			sb, err := p.make(spec.Image)
+			sb, err := p.make(spec)
 			if err != nil {
 				p.cfg.Logger.Warn("cannot make a pool container", "image", spec.Image, "err", err)
 				backoff = min(max(2*backoff, time.Second), time.Minute)
@@ -196,7 +229,7 @@ func (p *pools) fill() {
 					p.remove(sb)
 					return
 				}
-				p.ready[spec.Image] = append(p.ready[spec.Image], &pooled{sb: sb, made: time.Now()})
+				p.ready[p.key(spec)] = append(p.ready[p.key(spec)], &pooled{sb: sb, made: time.Now()})
 				p.mu.Unlock()
 			}
 			if backoff == 0 {
@@ -227,7 +260,7 @@ func (p *pools) short() (PoolSpec, bool) {
 		return PoolSpec{}, false
 	}
 	for _, spec := range p.cfg.Pools {
-		if len(p.ready[spec.Image]) < spec.Size {
+		if len(p.ready[p.key(spec)]) < spec.Size {
 			return spec, true
 		}
 	}
@@ -259,13 +292,15 @@ func (p *pools) expire() {
 // Close does not cancel it (a create cancelled while the daemon makes the
 // container can leave one behind that nothing knows of); Close waits for
 // it and then removes what it made.
-func (p *pools) make(image string) (*Sandbox, error) {
+func (p *pools) make(ps PoolSpec) (*Sandbox, error) {
+	image := ps.Image
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // not p.ctx: see above
 	defer cancel()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	spec := runtime.Spec{Tenant: "pool", SessionID: id, Node: p.r.cfg.Node, Epoch: 1, Image: image}
+	spec := runtime.Spec{Tenant: "pool", SessionID: id, Node: p.r.cfg.Node, Epoch: 1, Image: image,
+		CPUs: ps.CPUs, MemoryBytes: ps.MemoryBytes, PidsLimit: ps.PidsLimit}
 	sb, err := p.r.create(ctx, spec, "paddock-pool-"+id, func(c *container.Config) {
 		for _, k := range []string{LabelSession, LabelTenant, LabelEpoch} {
 			delete(c.Labels, k)
@@ -296,18 +331,22 @@ func (p *pools) remove(sb *Sandbox) {
 	p.mu.Unlock()
 }
 
-// matches reports whether spec asks for what a pool container is: the
-// default limits, user and workspace root, and no network.
+// matchesPool reports whether spec asks for what pool containers are
+// besides their image and limits: the default user and workspace root,
+// and no network.
 func (r *Runtime) matchesPool(spec runtime.Spec) bool {
-	return !spec.Network && spec.User == "" && spec.PidsLimit == 0 && spec.MemoryBytes == 0 && spec.CPUs == 0 &&
-		(spec.WorkspaceRoot == "" || spec.WorkspaceRoot == runtime.DefaultWorkspaceRoot)
+	return !spec.Network && spec.User == "" && (spec.WorkspaceRoot == "" || spec.WorkspaceRoot == runtime.DefaultWorkspaceRoot)
 }
 
 // claim takes a ready container of spec's image for spec's session, or
 // returns nil when the pool has none (or no pool holds the image).
 func (r *Runtime) claim(ctx context.Context, spec runtime.Spec) (*Sandbox, error) {
 	p := r.getPools()
-	if p == nil || !r.matchesPool(spec) || !p.has(spec.Image) {
+	if p == nil || !r.matchesPool(spec) {
+		return nil, nil
+	}
+	key := r.poolKey(spec.Image, spec.CPUs, spec.MemoryBytes, spec.PidsLimit)
+	if !p.has(key) {
 		return nil, nil
 	}
 	if err := checkEnv(spec.Env); err != nil {
@@ -316,13 +355,13 @@ func (r *Runtime) claim(ctx context.Context, spec runtime.Spec) (*Sandbox, error
 	t0 := time.Now()
 	for {
 		p.mu.Lock()
-		list := p.ready[spec.Image]
+		list := p.ready[key]
 		if len(list) == 0 || p.closed {
 			p.mu.Unlock()
 			return nil, nil
 		}
 		c := list[len(list)-1]
-		p.ready[spec.Image] = list[:len(list)-1]
+		p.ready[key] = list[:len(list)-1]
 		p.mu.Unlock()
 		select {
 		case p.kick <- struct{}{}:
@@ -348,9 +387,9 @@ func (r *Runtime) claim(ctx context.Context, spec runtime.Spec) (*Sandbox, error
 	}
 }
 
-func (p *pools) has(image string) bool {
+func (p *pools) has(key string) bool {
 	for _, spec := range p.cfg.Pools {
-		if spec.Image == image {
+		if p.key(spec) == key {
 			return true
 		}
 	}

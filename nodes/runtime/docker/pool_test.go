@@ -346,3 +346,37 @@ func TestReaperRemovesStalePool(t *testing.T) {
 		t.Errorf("the pool's own containers: got %v (free %d), want %v", got, rt.PoolFree()[image], ready)
 	}
 }
+
+// TestPoolLimitsProfile: a pool of one limits profile serves the creates
+// that ask for those limits (zeros being the defaults), and only them;
+// two pools of one image and limits are refused.
+func TestPoolLimitsProfile(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	rt := supervisedRuntime(t)
+	small := docker.PoolSpec{Image: image, Size: 1, CPUs: 0.5, MemoryBytes: 64 << 20}
+	dup := docker.PoolSpec{Image: image, Size: 1, CPUs: docker.DefaultCPUs, MemoryBytes: docker.DefaultMemoryBytes}
+	if err := rt.StartPools(t.Context(), docker.PoolConfig{Pools: []docker.PoolSpec{{Image: image, Size: 1}, dup}}); err == nil {
+		t.Fatal("two pools of the same image and (effective) limits: no error")
+	}
+	if err := rt.StartPools(t.Context(), docker.PoolConfig{Pools: []docker.PoolSpec{small}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool to fill", 60*time.Second, func() bool { return rt.PoolFree()[image] == 1 })
+	def := create(t, rt, spec(rt, image))
+	if _, p, _ := def.Provenance(); p {
+		t.Error("a create with the default limits claimed from the small pool")
+	}
+	s := spec(rt, image)
+	s.CPUs, s.MemoryBytes = 0.5, 64<<20
+	sb := create(t, rt, s)
+	if _, p, _ := sb.Provenance(); !p {
+		t.Fatal("a create with the pool's limits was not claimed from it")
+	}
+	c, err := testenv.DockerClient(t).ContainerInspect(t.Context(), sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HostConfig.NanoCPUs != 5e8 || c.HostConfig.Memory != 64<<20 || c.HostConfig.MemorySwap != 64<<20 {
+		t.Errorf("the pooled container's limits: cpus %d nano, memory %d, swap %d", c.HostConfig.NanoCPUs, c.HostConfig.Memory, c.HostConfig.MemorySwap)
+	}
+}
