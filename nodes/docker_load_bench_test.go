@@ -25,7 +25,7 @@ func waitPool(b *testing.B, rt *docker.Runtime, image string, n int) {
 		if time.Now().After(deadline) {
 			b.Fatalf("the pool of %s did not fill to %d", image, n)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
 	}
 }
 
