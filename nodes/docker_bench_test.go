@@ -116,24 +116,15 @@ func BenchmarkDockerExec(b *testing.B) {
 	for _, sync := range syncModes {
 		b.Run(sync.name, func(b *testing.B) {
 			st, image := dockerBenchStack(b, sync.interval)
-			cli := testenv.DockerClient(b)
 			ctx := context.Background()
-			cfg, host := rawConfig(image, st.Agent.ID())
-			c, err := cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
-			if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
-				b.Fatal(err)
-			}
+			id := rawContainer(b, image, st.Agent.ID())
 			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer st.Client.Shutdown(ctx, s.SessionID)
 			args := commands.ExecArgs{Argv: []string{"true"}}
-			measurePair(b, rawExec(ctx, b, c.ID, []string{"true"}), func() (func(), error) {
+			measurePair(b, rawExec(ctx, b, id, []string{"true"}), func() (func(), error) {
 				_, err := st.Client.Exec(ctx, s.SessionID, args)
 				return nil, err
 			})
@@ -229,6 +220,25 @@ func BenchmarkDockerExecStream(b *testing.B) {
 	})
 }
 
+// rawContainer starts the container a Paddock create makes (rawConfig)
+// through the Engine API, removed when the benchmark ends, and returns its
+// id.
+func rawContainer(b *testing.B, image, node string) string {
+	b.Helper()
+	cli := testenv.DockerClient(b)
+	ctx := context.Background()
+	cfg, host := rawConfig(image, node)
+	c, err := cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}) })
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	return c.ID
+}
+
 // rawExec runs cmd in container id through exec create/attach/inspect
 // with the options the runtime's Docker path gives (user, working
 // directory, a marker variable), so that only Paddock's part differs.
@@ -277,18 +287,9 @@ func BenchmarkDockerSupervisor(b *testing.B) {
 	}
 	ss, ps := session(sup), session(plain)
 	b.Run("exec-true", func(b *testing.B) {
-		cli := testenv.DockerClient(b)
-		cfg, host := rawConfig(image, plain.Agent.ID())
-		c, err := cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
-		if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
-			b.Fatal(err)
-		}
+		id := rawContainer(b, image, plain.Agent.ID())
 		args := commands.ExecArgs{Argv: []string{"true"}}
-		measureBlocks(b, 20, rawExec(ctx, b, c.ID, []string{"true"}), func() (func(), error) {
+		measureBlocks(b, 20, rawExec(ctx, b, id, []string{"true"}), func() (func(), error) {
 			_, err := sup.Client.Exec(ctx, ss, args)
 			return nil, err
 		})
