@@ -78,13 +78,6 @@ type Conn struct {
 	done     chan struct{} // closed once err is set
 	lastRead atomic.Int64  // unix nanoseconds of the last frame read
 	wg       sync.WaitGroup
-	stats    Stats
-}
-
-// Stats counts what a Conn saw.
-type Stats struct {
-	// FramesIn and BytesIn count the frames and payload bytes read.
-	FramesIn, BytesIn atomic.Int64
 }
 
 // NewConn starts serving nc. The handshake (Hello) is the caller's: see
@@ -108,9 +101,6 @@ func (c *Conn) Err() error {
 	defer c.mu.Unlock()
 	return c.err
 }
-
-// Stats returns the connection's counters.
-func (c *Conn) Stats() *Stats { return &c.stats }
 
 // Close ends the connection and every stream on it (their calls get
 // ErrClosed) and waits for its goroutines. It is idempotent.
@@ -206,8 +196,6 @@ func (c *Conn) readLoop() {
 			return
 		}
 		c.lastRead.Store(time.Now().UnixNano())
-		c.stats.FramesIn.Add(1)
-		c.stats.BytesIn.Add(int64(len(f.Payload)))
 		if err := c.dispatch(f); err != nil {
 			c.fail(err)
 			return
