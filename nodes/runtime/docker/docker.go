@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -149,6 +150,18 @@ type Runtime struct {
 func New(cfg Config) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Supervisor != "" {
+		// Only the node may reach the sockets: a host user who could dial
+		// one could pose as a sandbox's supervisor and read its calls
+		// (argv, variables). Each sandbox sees only its own directory,
+		// through its mount.
+		if err := os.MkdirAll(cfg.SupervisorDir, 0o700); err != nil {
+			return nil, fmt.Errorf("docker: supervisor directory: %w", err)
+		}
+		if err := os.Chmod(cfg.SupervisorDir, 0o700); err != nil {
+			return nil, fmt.Errorf("docker: supervisor directory: %w", err)
+		}
 	}
 	r := &Runtime{cli: cfg.Client, cfg: cfg.withDefaults(), rootReady: map[string]bool{}, links: map[string]*link{}}
 	if r.cli == nil {

@@ -380,3 +380,20 @@ func TestPoolLimitsProfile(t *testing.T) {
 		t.Errorf("the pooled container's limits: cpus %d nano, memory %d, swap %d", c.HostConfig.NanoCPUs, c.HostConfig.Memory, c.HostConfig.MemorySwap)
 	}
 }
+
+// TestSupervisorDirPrivate: the runtime makes its socket directory 0700,
+// so that only the node reaches the sandboxes' sockets.
+func TestSupervisorDirPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sup")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := docker.New(docker.Config{Supervisor: testenv.SupervisorBinary(t), SupervisorDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("supervisor directory: %v, %v; want 0700", fi.Mode(), err)
+	}
+}
