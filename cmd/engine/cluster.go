@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -28,9 +32,14 @@ import (
 const clusterUsage = `usage:
   engine cluster config --out DIR [--servers 3] [--host 127.0.0.1] [--client-port 4222] [--route-port 6222]
                         [--name paddock] [--store-dir DIR] [--listen-host H] [--auth-dir DIR]
+                        [--tls] [--insecure] [--tls-dir DIR]
       writes DIR/<name>-<i>.conf for each server of a NATS cluster (JetStream on disk with
       sync_interval: always, routes to every server, Paddock's accounts from the auth store)
       and prints the servers' client URLs, comma separated (for --nats-url and PADDOCK_URL).
+      Routes authenticate with a secret made in DIR/route.secret. A server that listens beyond
+      loopback (or --tls) gets TLS: mutual on routes, server-side for clients (give engines,
+      nodes and the CLI --tls-ca DIR/ca.pem), from a CA and certificates made in DIR. Beyond
+      loopback without TLS is refused unless --insecure. Files already in DIR are kept.
       One --host: every server on it, ports counting up from --client-port and --route-port.
       A list --host h1,h2,h3 (one per server): server i on host i, every one on the same ports.
       Each server keeps JetStream in --store-dir/<name>-<i>. Run one with engine nats-server -c FILE.
@@ -68,6 +77,43 @@ type clusterSpec struct {
 	// default); the PADDOCK account may then store servers × maxStore,
 	// every replica counted.
 	maxStore int64
+	// tls puts TLS on the client and route listeners; insecure lets a
+	// server listen beyond loopback without it (tlsSet: --tls was given).
+	tls, tlsSet, insecure bool
+	// tlsDir is where the servers find the certificates.
+	tlsDir string
+	// routeSecret is the route password ("": no route authorization,
+	// a spec that only validates).
+	routeSecret string
+}
+
+// isLoopback says whether host names this machine's loopback only.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// beyondLoopback returns the first address a server listens on that is
+// not loopback ("": every server listens on loopback only).
+func (s clusterSpec) beyondLoopback() string {
+	for i := range s.servers {
+		if l := s.listen(i); !isLoopback(l) {
+			return l
+		}
+	}
+	return ""
+}
+
+// listen returns the address server i listens on.
+func (s clusterSpec) listen(i int) string {
+	if s.listenHost != "" {
+		return s.listenHost
+	}
+	_, host, _, _ := s.server(i)
+	return host
 }
 
 // hostRE is what a host may be: a name, an IPv4 or an IPv6 address.
@@ -114,6 +160,12 @@ func (s clusterSpec) validate() error {
 	if s.clientPort < s.routePort+span && s.routePort < s.clientPort+span {
 		return usageErr("client ports %d..%d and route ports %d..%d overlap", s.clientPort, s.clientPort+span-1, s.routePort, s.routePort+span-1)
 	}
+	if s.insecure && s.tlsSet && s.tls {
+		return usageErr("--tls and --insecure: give one (--insecure writes no TLS)")
+	}
+	if l := s.beyondLoopback(); l != "" && !s.tls && !s.insecure {
+		return usageErr("servers listen on %s, beyond loopback, and --tls=false: their clients' and routes' traffic (secrets included) would cross the network in clear text; leave --tls on, or give --insecure to mean it", l)
+	}
 	return nil
 }
 
@@ -132,26 +184,65 @@ func (s clusterSpec) confs() []natsConf {
 	var routes []string
 	for i := range s.servers {
 		_, host, _, rp := s.server(i)
-		routes = append(routes, "nats-route://"+net.JoinHostPort(host, fmt.Sprint(rp)))
+		u := url.URL{Scheme: "nats-route", Host: net.JoinHostPort(host, fmt.Sprint(rp))}
+		if s.routeSecret != "" {
+			u.User = url.UserPassword(routeUser, s.routeSecret)
+		}
+		routes = append(routes, u.String())
 	}
 	var out []natsConf
 	for i := range s.servers {
-		name, host, cp, rp := s.server(i)
-		listen := host
-		if s.listenHost != "" {
-			listen = s.listenHost
-		}
+		name, _, cp, rp := s.server(i)
+		listen := s.listen(i)
 		c := natsConf{
 			Comment:    fmt.Sprintf("nats-server config for Paddock: server %s, %d of %d (engine cluster config).", name, i+1, s.servers),
 			ServerName: name, Host: listen, Port: cp,
 			StoreDir: filepath.Join(s.storeDir, name), SyncAlways: true, MaxStore: s.maxStore,
 		}
+		var routeTLS *natsTLSConf
+		if s.tls {
+			certName, keyName := serverCertFiles(name)
+			cert, key := filepath.Join(s.tlsDir, certName), filepath.Join(s.tlsDir, keyName)
+			c.TLS = &natsTLSConf{CertFile: cert, KeyFile: key}
+			routeTLS = &natsTLSConf{CertFile: cert, KeyFile: key, CAFile: filepath.Join(s.tlsDir, caCertFile), Verify: true}
+		}
 		if s.servers > 1 {
-			c.Cluster = &natsClusterConf{Name: s.name, Host: listen, Port: rp, Routes: routes}
+			c.Cluster = &natsClusterConf{Name: s.name, Host: listen, Port: rp, Routes: routes, TLS: routeTLS}
+			if s.routeSecret != "" {
+				c.Cluster.User, c.Cluster.Password = routeUser, s.routeSecret
+			}
 		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// material returns the files the servers need beside their configs and
+// are not in dir already (route.secret, the CA, the servers'
+// certificates), and sets s.routeSecret.
+func (s *clusterSpec) material(dir string, now time.Time) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	if s.servers > 1 {
+		secret, err := routeSecret(dir, files)
+		if err != nil {
+			return nil, err
+		}
+		s.routeSecret = secret
+	}
+	if !s.tls {
+		return files, nil
+	}
+	ca, err := loadOrMakeCA(dir, s.name, now, files)
+	if err != nil {
+		return nil, err
+	}
+	for i := range s.servers {
+		name, host, _, _ := s.server(i)
+		if err := ca.serverCert(dir, name, certHosts(host, s.listen(i)), now, files); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }
 
 // clientURLs returns the servers' client URLs, comma separated.
@@ -177,6 +268,9 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&s.storeDir, "store-dir", "/var/lib/nats/jetstream", "JetStream's directory; each server uses <store-dir>/<name>-<i>")
 	out := fs.String("out", "", "the directory to write the configs to (made if missing)")
 	authDir := fs.String("auth-dir", auth.DirIn(auth.DefaultStateDir()), "the auth store whose identities the servers accept")
+	fs.BoolVar(&s.tls, "tls", false, "TLS on the client and route listeners, from a CA and certificates made in --out (default: on when a server listens beyond loopback)")
+	fs.BoolVar(&s.insecure, "insecure", false, "let servers listen beyond loopback without TLS: routes keep their authorization, but every client's and route's traffic crosses the network in clear text")
+	fs.StringVar(&s.tlsDir, "tls-dir", "", "where the servers find the certificates (default: --out, made absolute)")
 	maxStore := fs.String("max-store", "", "each server's JetStream store, e.g. 100g; the engine splits it among events, snapshots and projection (default: nats-server's, 75% of the free disk, which the engine cannot see: it then reserves nothing unless given --events-max-bytes and the rest)")
 	pos, rest, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -194,11 +288,20 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 		return usageErr("cluster config takes no arguments\n%s", clusterUsage)
 	}
 	s.hosts = strings.Split(*hosts, ",")
+	fs.Visit(func(f *flag.Flag) { s.tlsSet = s.tlsSet || f.Name == "tls" })
+	if !s.tlsSet && !s.insecure {
+		s.tls = s.beyondLoopback() != ""
+	}
 	if err := s.validate(); err != nil {
 		return err
 	}
 	if *out == "" {
 		return usageErr("--out DIR is required: where to write the servers' configs")
+	}
+	if s.tlsDir == "" {
+		if s.tlsDir, err = filepath.Abs(*out); err != nil {
+			return errcode.Wrap(errcode.InvalidRequest, err, "--out "+*out)
+		}
 	}
 	if !auth.Open(*authDir).Exists() {
 		return usageErr("no identities in the auth store %s: add the engine's, an admin's and each node's first (engine auth add engine engine --auth-dir %s)", *authDir, *authDir)
@@ -207,8 +310,12 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Every config is rendered before anything is written.
-	files := map[string][]byte{}
+	// Every file is made, and every config rendered, before anything is
+	// written.
+	files, err := s.material(*out, time.Now())
+	if err != nil {
+		return err
+	}
 	var names []string
 	for _, c := range s.confs() {
 		var b bytes.Buffer
@@ -222,13 +329,18 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return errcode.Wrap(errcode.InvalidRequest, err, "--out "+*out+": cannot make the directory")
 	}
-	for _, name := range names {
-		// The configs hold public keys only: readable by the server's user.
-		if err := os.WriteFile(filepath.Join(*out, name), files[name], 0o644); err != nil {
-			return errcode.Wrap(errcode.InvalidRequest, err, "--out "+*out+": cannot write "+name)
+	// The configs hold the route secret, and the other files keys: each
+	// is readable by its owner only (the server's user).
+	written := slices.Sorted(maps.Keys(files))
+	for _, name := range written {
+		if err := writeSecret(filepath.Join(*out, name), files[name]); err != nil {
+			return err
 		}
 	}
-	fmt.Fprintf(stderr, "wrote %s in %s; start each with: engine nats-server -c %s\n", strings.Join(names, ", "), *out, filepath.Join(*out, names[0]))
+	fmt.Fprintf(stderr, "wrote %s in %s; start each with: engine nats-server -c %s\n", strings.Join(written, ", "), *out, filepath.Join(*out, names[0]))
+	if s.tls {
+		fmt.Fprintf(stderr, "TLS on: server %[1]s-i needs %[1]s-i.conf, %[1]s-i.pem, %[1]s-i-key.pem and ca.pem in %[2]s (ca-key.pem stays here); clients need --tls-ca %[3]s\n", s.name, s.tlsDir, filepath.Join(s.tlsDir, caCertFile))
+	}
 	_, err = fmt.Fprintln(stdout, s.clientURLs())
 	return err
 }

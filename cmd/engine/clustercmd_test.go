@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -80,6 +81,51 @@ func TestClusterConfig(t *testing.T) {
 				if len(opts.Nkeys) != 3 {
 					t.Errorf("%s: %d nkey users, want the store's 3", name, len(opts.Nkeys))
 				}
+				// Routes authenticate; beyond loopback they and the
+				// clients get TLS, mutual on routes.
+				if opts.Cluster.Username != "route" || len(opts.Cluster.Password) != 64 {
+					t.Errorf("%s: route authorization %q/%d-char password; want route and the generated secret", name, opts.Cluster.Username, len(opts.Cluster.Password))
+				}
+				for _, r := range opts.Routes {
+					if p, _ := r.User.Password(); r.User.Username() != "route" || p != opts.Cluster.Password {
+						t.Errorf("%s: route %s does not carry the route credentials", name, r.Redacted())
+					}
+				}
+				beyond := tc.host != "127.0.0.1"
+				if (opts.TLSConfig != nil) != beyond || (opts.Cluster.TLSConfig != nil) != beyond {
+					t.Errorf("%s: client TLS %v, route TLS %v; want both %v", name, opts.TLSConfig != nil, opts.Cluster.TLSConfig != nil, beyond)
+				}
+				if beyond && (opts.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert || opts.Cluster.TLSConfig.ClientCAs == nil) {
+					t.Errorf("%s: routes do not require a certificate of the cluster's CA: %v", name, opts.Cluster.TLSConfig.ClientAuth)
+				}
+			}
+			// Every file is the owner's only; a second run keeps the
+			// secret and the certificates.
+			files, err := os.ReadDir(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := map[string][]byte{}
+			for _, f := range files {
+				info, err := f.Info()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.Mode().Perm() != 0o600 {
+					t.Errorf("%s: mode %v, want 0600", f.Name(), info.Mode().Perm())
+				}
+				if !strings.HasSuffix(f.Name(), ".conf") {
+					before[f.Name()], _ = os.ReadFile(filepath.Join(out, f.Name()))
+				}
+			}
+			if _, ok := before["route.secret"]; !ok || len(before) != map[bool]int{false: 1, true: 9}[tc.host != "127.0.0.1"] {
+				t.Errorf("files beside the configs: %d; want route.secret, and with TLS a CA and three certificates and keys", len(before))
+			}
+			mustCLI(t, "", "", args...)
+			for name, b := range before {
+				if now, _ := os.ReadFile(filepath.Join(out, name)); string(now) != string(b) {
+					t.Errorf("%s changed on a second run", name)
+				}
 			}
 		})
 	}
@@ -147,6 +193,9 @@ func TestClusterConfigBadInput(t *testing.T) {
 		{"max store 0", []string{"--max-store", "0"}, "--max-store 0"},
 		{"max store not a size", []string{"--max-store", "lots"}, "lots"},
 		{"negative max store", []string{"--max-store", "-1g"}, "-1g"},
+		{"beyond loopback without tls", []string{"--listen-host", "0.0.0.0", "--tls=false"}, "give --insecure to mean it"},
+		{"a remote host without tls", []string{"--host", "n1,n2,n3", "--tls=false"}, "beyond loopback"},
+		{"tls and insecure", []string{"--tls", "--insecure"}, "--tls and --insecure"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "conf")
@@ -260,5 +309,39 @@ func TestNATSServerProcess(t *testing.T) {
 	}
 	if !strings.Contains(p.Log(), "stopping on signal") {
 		t.Errorf("log:\n%s", p.Log())
+	}
+}
+
+// TestClusterConfigInsecure: --insecure writes configs that listen beyond
+// loopback without TLS, their routes still authenticated; a route.secret
+// that is not one is invalid_request, and nothing is written.
+func TestClusterConfigInsecure(t *testing.T) {
+	st := clusterAuth(t)
+	out := filepath.Join(t.TempDir(), "conf")
+	mustCLI(t, "", "", "cluster", "config", "--auth-dir", st.Dir(), "--listen-host", "0.0.0.0", "--insecure", "--out", out)
+	opts, err := server.ProcessConfigFile(filepath.Join(out, "paddock-2.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.TLSConfig != nil || opts.Cluster.TLSConfig != nil || opts.Cluster.Username != "route" || opts.Cluster.Password == "" {
+		t.Errorf("--insecure: client TLS %v, route TLS %v, route user %q; want no TLS and route authorization", opts.TLSConfig != nil, opts.Cluster.TLSConfig != nil, opts.Cluster.Username)
+	}
+	if _, err := os.Stat(filepath.Join(out, "ca.pem")); err == nil {
+		t.Errorf("--insecure made a CA")
+	}
+
+	bad := filepath.Join(t.TempDir(), "conf")
+	if err := os.MkdirAll(bad, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "route.secret"), []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := cli(t, "", "", "cluster", "config", "--auth-dir", st.Dir(), "--out", bad)
+	if code != 2 || !strings.Contains(errs, "not a route secret") {
+		t.Errorf("a bad route.secret: exit %d, %q; want invalid_request", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(bad, "paddock-1.conf")); err == nil {
+		t.Errorf("a config was written beside a bad route.secret")
 	}
 }

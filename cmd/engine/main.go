@@ -83,7 +83,8 @@ Usage:
   engine image build-base [--tag T]            build the sandbox base image (needs busybox-static)
   engine auth add|ls|rm|server-config|node-keys  identities and credentials (engine auth -h)
   engine cluster config --out DIR [--servers 3] [--host H] [--client-port 4222] [--route-port 6222]
-                                               a nats-server config per server of a cluster; prints the URLs
+                        [--tls] [--insecure]   a nats-server config per server of a cluster, with route
+                                               authorization (and TLS beyond loopback); prints the URLs
   engine cluster wait [--replicas N] [--nodes N] [--timeout D]
                                                wait until the servers, streams and nodes are up
   engine nats-server -c FILE                   run a NATS server from a config file (SIGHUP reloads it)

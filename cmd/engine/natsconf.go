@@ -27,8 +27,44 @@ type natsConf struct {
 	// MaxStore bounds the server's JetStream file store (max_file_store);
 	// 0 keeps nats-server's default, 75% of the disk's free space.
 	MaxStore int64
+	// TLS, when set, is the client listener's TLS (server side only:
+	// clients authenticate with their credentials).
+	TLS *natsTLSConf
 	// Cluster, when set, is the server's route listener and its routes.
 	Cluster *natsClusterConf
+}
+
+// natsTLSConf is a tls block: files of the server's certificate and key,
+// and with Verify the CA whose certificates the other end must present.
+type natsTLSConf struct {
+	CertFile, KeyFile string
+	CAFile            string
+	Verify            bool
+}
+
+// tlsTimeout is the TLS handshake's bound, in seconds (nats-server's
+// default, half a second, is short for a loaded host).
+const tlsTimeout = 5
+
+// write writes the block as field: {...}.
+func (t natsTLSConf) write(b *strings.Builder, indent, field string) error {
+	var parts []string
+	for _, f := range []struct{ name, v string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CAFile}} {
+		if f.v == "" {
+			continue
+		}
+		s, err := confString(field+" "+f.name, f.v)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, fmt.Sprintf("%s  %s: %s\n", indent, f.name, s))
+	}
+	if t.Verify {
+		parts = append(parts, indent+"  verify: true\n")
+	}
+	parts = append(parts, fmt.Sprintf("%s  timeout: %d\n", indent, tlsTimeout))
+	fmt.Fprintf(b, "%s%s: {\n%s%s}\n", indent, field, strings.Join(parts, ""), indent)
+	return nil
 }
 
 // natsClusterConf is the cluster block of a natsConf.
@@ -36,9 +72,14 @@ type natsClusterConf struct {
 	Name string
 	Host string
 	Port int
-	// Routes are nats-route://host:port URLs of every server of the
-	// cluster (a server ignores the route to itself).
+	// Routes are nats-route://[user:password@]host:port URLs of every
+	// server of the cluster (a server ignores the route to itself).
 	Routes []string
+	// User and Password, when set, are the route authorization: a server
+	// accepts a route only from a server that presents them.
+	User, Password string
+	// TLS, when set, is the routes' mutual TLS.
+	TLS *natsTLSConf
 }
 
 // serverAccounts returns the accounts block for the identities of the
@@ -84,6 +125,11 @@ func (c natsConf) write(w io.Writer, accounts []byte) error {
 		js += ", sync_interval: always"
 	}
 	fmt.Fprintf(&b, "jetstream: {%s}\n", js)
+	if c.TLS != nil {
+		if err := c.TLS.write(&b, "", "tls"); err != nil {
+			return err
+		}
+	}
 	if cl := c.Cluster; cl != nil {
 		name, err := str("cluster name", cl.Name)
 		if err != nil {
@@ -93,7 +139,24 @@ func (c natsConf) write(w io.Writer, accounts []byte) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "cluster: {\n  name: %s\n  listen: %s\n  routes: [\n", name, listen)
+		fmt.Fprintf(&b, "cluster: {\n  name: %s\n  listen: %s\n", name, listen)
+		if cl.User != "" {
+			user, err := str("route user", cl.User)
+			if err != nil {
+				return err
+			}
+			pass, err := str("route password", cl.Password)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "  authorization: {user: %s, password: %s, timeout: %d}\n", user, pass, tlsTimeout)
+		}
+		if cl.TLS != nil {
+			if err := cl.TLS.write(&b, "  ", "tls"); err != nil {
+				return err
+			}
+		}
+		b.WriteString("  routes: [\n")
 		for _, r := range cl.Routes {
 			s, err := str("route", r)
 			if err != nil {
