@@ -275,13 +275,14 @@ func requestTarget(req *http.Request) (string, error) {
 // decide fills in d from the rules and the guard, resolving a name only
 // when a rule allows it, and returns the addresses to try.
 func (p *Proxy) decide(ctx context.Context, d *Decision, name string, ip netip.Addr) []netip.Addr {
+	guard := p.cfg.Guard.view() // the node's addresses as of this connection
 	if name == "" {
 		r, ok := matchAddr(p.cfg.Rules, ip, d.Port)
 		if !ok {
 			d.Reason = "no allow entry holds " + net.JoinHostPort(ip.String(), strconv.Itoa(d.Port))
 			return nil
 		}
-		if why := p.cfg.Guard.Refused(ip); why != "" {
+		if why := guard.refused(ip, d.Port); why != "" {
 			d.Reason = why
 			return nil
 		}
@@ -303,7 +304,7 @@ func (p *Proxy) decide(ctx context.Context, d *Decision, name string, ip netip.A
 	var ok2 []netip.Addr
 	var why string
 	for _, a := range found {
-		if w := p.cfg.Guard.Refused(a); w != "" {
+		if w := guard.refused(a, d.Port); w != "" {
 			why = w
 			continue
 		}

@@ -127,6 +127,14 @@ type EgressConfig struct {
 	// addresses, link-local and metadata ones, and the networks of the
 	// runtimes' sandboxes.
 	Refuse []netip.Prefix
+	// ClusterPorts are the NATS cluster's own ports (client, route,
+	// monitoring, leafnode) that the node cannot learn from its
+	// connection: an embedded server's listeners, a remote cluster's
+	// route ports when they are not NATS's defaults. No policy reaches
+	// them, nor NATS's default ports and the ports of the servers the
+	// node's connection knows, at a private address, an address of the
+	// node or a server's (docs/security.md, "Egress").
+	ClusterPorts []int
 	// Resolve looks names up for the proxies (default: the host's
 	// resolver). It is only asked for names an allow entry holds.
 	Resolve func(ctx context.Context, name string) ([]netip.Addr, error)
@@ -148,6 +156,11 @@ func (c Config) Validate() error {
 	}
 	if c.Egress.Port < 0 || c.Egress.Port > 65535 || c.Egress.RecordRate < 0 || c.Egress.RecordBurst < 0 {
 		return errors.New("nodes: egress port outside 0..65535, or a negative record budget")
+	}
+	for _, p := range c.Egress.ClusterPorts {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("nodes: egress cluster port %d outside 1..65535", p)
+		}
 	}
 	if c.ExposeHost != "" && net.ParseIP(c.ExposeHost) == nil {
 		return fmt.Errorf("nodes: expose host %q is not an IP address", c.ExposeHost)

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -140,7 +141,8 @@ func (a *Agent) egressGuard(ctx context.Context) (*egress.Guard, error) {
 			refuse = append(refuse, ps...)
 		}
 	}
-	g, err := egress.NewGuard(refuse...)
+	ports, servers := a.clusterEdges(ctx)
+	g, err := egress.NewGuard(egress.GuardConfig{Refuse: refuse, Ports: ports, Servers: servers})
 	if err != nil {
 		return nil, errcode.Wrap(errcode.RuntimeError, err, "egress guard")
 	}
@@ -150,6 +152,51 @@ func (a *Agent) egressGuard(ctx context.Context) (*egress.Guard, error) {
 		a.egressG = g
 	}
 	return a.egressG, nil
+}
+
+// natsDefaultPorts are NATS's default client, route, leafnode and
+// monitoring ports: a remote cluster's route and leafnode ports are not
+// visible to a client, and these are what most clusters use.
+var natsDefaultPorts = []int{4222, 6222, 7422, 8222}
+
+// clusterEdges returns the ports of the NATS cluster the node is part of
+// and the addresses of its servers: NATS's default ports, the config's
+// ClusterPorts, and the port and address of every server URL the node's
+// connection knows (those it was given and those the cluster told it
+// of). A server named by a host name is looked up once, here; one that
+// does not resolve is left out (its private addresses are refused on
+// those ports anyway).
+func (a *Agent) clusterEdges(ctx context.Context) ([]int, []netip.Addr) {
+	ports := append(append([]int{}, natsDefaultPorts...), a.cfg.Egress.ClusterPorts...)
+	var servers []netip.Addr
+	urls := a.nc.Servers()
+	if u := a.nc.ConnectedUrl(); u != "" {
+		urls = append(urls, u)
+	}
+	if addr := a.nc.ConnectedAddr(); addr != "" {
+		urls = append(urls, "nats://"+addr)
+	}
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			continue
+		}
+		if p, err := strconv.Atoi(u.Port()); err == nil && p > 0 && p <= 65535 {
+			ports = append(ports, p)
+		}
+		host := u.Hostname()
+		if ip, err := netip.ParseAddr(host); err == nil {
+			servers = append(servers, ip.Unmap())
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ips, err := net.DefaultResolver.LookupNetIP(lctx, "ip", host)
+		cancel()
+		if err == nil {
+			servers = append(servers, ips...)
+		}
+	}
+	return ports, servers
 }
 
 // openEgress starts the proxy of s in sb, which runs, when s's policy is

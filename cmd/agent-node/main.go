@@ -41,6 +41,7 @@ import (
 	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
 	"github.com/paddock-dev/paddock/cmd/internal/tracingflags"
+	"github.com/paddock-dev/paddock/egress"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -73,6 +74,7 @@ type config struct {
 	tenantSessions   int
 	creds            string
 	tlsCA            string
+	clusterPorts     string
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
@@ -94,6 +96,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
 	fs.StringVar(&cfg.exposeHost, "expose-host", "127.0.0.1", "IP the forwards of sessions' exposed ports listen on (0.0.0.0: the node's network)")
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "compress workspace snapshots with zstd (smaller for compressible workspaces)")
+	fs.StringVar(&cfg.clusterPorts, "egress-cluster-ports", "", "more ports of the NATS cluster (route, leafnode, monitoring; comma separated) that no egress allow list reaches at a private address; its client ports, and NATS's defaults, are refused already")
 	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
 	metricsFlags := metricsflags.Register(fs)
 	dockerFlags := runtimes.RegisterDockerFlags(fs)
@@ -131,6 +134,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if cfg.reapGrace <= 0 {
 		return fmt.Errorf("--reap-grace must be positive")
+	}
+	clusterPorts, err := egress.ParsePorts(cfg.clusterPorts)
+	if err != nil {
+		return fmt.Errorf("--egress-cluster-ports: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
@@ -183,6 +190,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
 				CompressSnapshots: cfg.zstdSnaps, Signer: signer, ExposeHost: cfg.exposeHost, Metrics: met, TracerProvider: tp,
+				Egress: nodes.EgressConfig{ClusterPorts: clusterPorts},
 			}, logger, rts...)
 			if err != nil {
 				return err

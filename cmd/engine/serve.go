@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
@@ -24,6 +26,7 @@ import (
 	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
 	"github.com/paddock-dev/paddock/cmd/internal/tracingflags"
+	"github.com/paddock-dev/paddock/egress"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/metrics"
 	"github.com/paddock-dev/paddock/nodes"
@@ -71,6 +74,9 @@ type serveConfig struct {
 	creds, nodeCreds string
 	tlsCert, tlsKey  string
 	tlsCA            string
+	// clusterPorts are more ports of the NATS cluster no egress allow
+	// list reaches (nodes.EgressConfig.ClusterPorts).
+	clusterPorts []int
 	// metrics is what the engine, its scheduler, projector and in-process
 	// node record into (nil: --metrics-addr not set).
 	metrics *metrics.Metrics
@@ -103,6 +109,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "serve the embedded server's clients over TLS with this certificate (PEM)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
 	fs.StringVar(&cfg.tlsCA, "tls-ca", os.Getenv("PADDOCK_TLS_CA"), "with --nats-url: CA that signed the server's certificate (env PADDOCK_TLS_CA)")
+	clusterPorts := fs.String("egress-cluster-ports", "", "more ports of the NATS cluster (route, leafnode, monitoring; comma separated) that no egress allow list reaches at a private address; the embedded server's, the --nats-url ones and NATS's defaults are refused already")
 	fs.DurationVar(&cfg.gcEvery, "gc-interval", time.Hour, "sweep the workspace bucket this often with the retention flags (engine gc does one sweep; 0: never)")
 	retentionFlags := registerRetention(fs)
 	metricsFlags := metricsflags.Register(fs)
@@ -122,6 +129,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if cfg.gcEvery < 0 {
 		return usageErr("--gc-interval %s is negative", cfg.gcEvery)
+	}
+	if cfg.clusterPorts, err = egress.ParsePorts(*clusterPorts); err != nil {
+		return fmt.Errorf("--egress-cluster-ports: %w", err)
 	}
 	if err := cfg.checkAuth(); err != nil {
 		return err
@@ -240,6 +250,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, CompressSnapshots: cfg.zstdSnaps,
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				Signer: c.nodeSigner, Metrics: cfg.metrics, TracerProvider: tp,
+				Egress: nodes.EgressConfig{ClusterPorts: append(c.serverPorts, cfg.clusterPorts...)},
 			}, logger, rts...)
 			if err != nil {
 				return err
@@ -350,6 +361,9 @@ type conns struct {
 	engineSigner events.Signer
 	// maxStore is the embedded server's JetStream store (0: not embedded).
 	maxStore int64
+	// serverPorts are the embedded server's listeners' ports: client,
+	// route, monitoring, profiler (none: not embedded).
+	serverPorts []int
 }
 
 // engineIdentity takes the engine's name and signing key from its
@@ -458,6 +472,7 @@ func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Lo
 	}
 	*clientURL = b.ClientURL()
 	c.maxStore = b.MaxStore()
+	c.serverPorts = listenerPorts(b.Server())
 	logger.Info("embedded NATS listening", "url", b.ClientURL(), "jetstream", bc.StoreDir, "sync_always", bc.SyncInterval == 0, "auth", store != nil)
 	if store != nil {
 		logger.Info("credentials", "admin", store.CredsPath("admin"), "client_default", store.CredsPath("client-default"), "auth_dir", store.Dir())
@@ -468,6 +483,21 @@ func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Lo
 	}
 	lc.Append(fx.StopHook(func() { stopWatch(); closeAll() }))
 	return c, nil
+}
+
+// listenerPorts returns the ports ns listens on: clients, routes,
+// monitoring and profiling.
+func listenerPorts(ns *server.Server) []int {
+	var ports []int
+	if a, ok := ns.Addr().(*net.TCPAddr); ok && a != nil {
+		ports = append(ports, a.Port)
+	}
+	for _, a := range []*net.TCPAddr{ns.ClusterAddr(), ns.MonitorAddr(), ns.ProfilerAddr()} {
+		if a != nil {
+			ports = append(ports, a.Port)
+		}
+	}
+	return ports
 }
 
 // connectExternal connects the engine and its in-process node to the
