@@ -192,12 +192,15 @@ func (s clusterSpec) confs() []natsConf {
 	}
 	var out []natsConf
 	for i := range s.servers {
-		name, _, cp, rp := s.server(i)
+		name, host, cp, rp := s.server(i)
 		listen := s.listen(i)
 		c := natsConf{
 			Comment:    fmt.Sprintf("nats-server config for Paddock: server %s, %d of %d (engine cluster config).", name, i+1, s.servers),
 			ServerName: name, Host: listen, Port: cp,
 			StoreDir: filepath.Join(s.storeDir, name), SyncAlways: true, MaxStore: s.maxStore,
+		}
+		if listen != host {
+			c.ClientAdvertise = net.JoinHostPort(host, fmt.Sprint(cp))
 		}
 		var routeTLS *natsTLSConf
 		if s.tls {
@@ -208,6 +211,9 @@ func (s clusterSpec) confs() []natsConf {
 		}
 		if s.servers > 1 {
 			c.Cluster = &natsClusterConf{Name: s.name, Host: listen, Port: rp, Routes: routes, TLS: routeTLS}
+			if listen != host {
+				c.Cluster.Advertise = net.JoinHostPort(host, fmt.Sprint(rp))
+			}
 			if s.routeSecret != "" {
 				c.Cluster.User, c.Cluster.Password = routeUser, s.routeSecret
 			}

@@ -91,6 +91,12 @@ func TestClusterConfig(t *testing.T) {
 						t.Errorf("%s: route %s does not carry the route credentials", name, r.Redacted())
 					}
 				}
+				if adv := net.JoinHostPort(tc.routeHost[i], fmt.Sprint(tc.ports[i][1])); tc.host == "0.0.0.0" && opts.Cluster.Advertise != adv {
+					t.Errorf("%s: routes advertised at %q, want %s (the address the others' routes name)", name, opts.Cluster.Advertise, adv)
+				}
+				if adv := net.JoinHostPort(tc.routeHost[i], fmt.Sprint(tc.ports[i][0])); tc.host == "0.0.0.0" && opts.ClientAdvertise != adv {
+					t.Errorf("%s: clients told %q, want %s", name, opts.ClientAdvertise, adv)
+				}
 				beyond := tc.host != "127.0.0.1"
 				if (opts.TLSConfig != nil) != beyond || (opts.Cluster.TLSConfig != nil) != beyond {
 					t.Errorf("%s: client TLS %v, route TLS %v; want both %v", name, opts.TLSConfig != nil, opts.Cluster.TLSConfig != nil, beyond)

@@ -27,6 +27,9 @@ type natsConf struct {
 	// MaxStore bounds the server's JetStream file store (max_file_store);
 	// 0 keeps nats-server's default, 75% of the disk's free space.
 	MaxStore int64
+	// ClientAdvertise, when set, is the host:port the server tells
+	// clients to reach it at (its --host: its certificate names it).
+	ClientAdvertise string
 	// TLS, when set, is the client listener's TLS (server side only:
 	// clients authenticate with their credentials).
 	TLS *natsTLSConf
@@ -80,6 +83,11 @@ type natsClusterConf struct {
 	User, Password string
 	// TLS, when set, is the routes' mutual TLS.
 	TLS *natsTLSConf
+	// Advertise, when set, is the host:port the server tells the others
+	// to reach its routes at (the one their routes name; by default it
+	// would tell its interfaces' addresses, which its certificate may
+	// not name).
+	Advertise string
 }
 
 // serverAccounts returns the accounts block for the identities of the
@@ -117,6 +125,13 @@ func (c natsConf) write(w io.Writer, accounts []byte) error {
 		return err
 	}
 	fmt.Fprintf(&b, "host: %s\nport: %d\n", host, c.Port)
+	if c.ClientAdvertise != "" {
+		adv, err := str("client advertise", c.ClientAdvertise)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "client_advertise: %s\n", adv)
+	}
 	js := "store_dir: " + store
 	if c.MaxStore > 0 {
 		js += fmt.Sprintf(", max_file_store: %d", c.MaxStore)
@@ -140,6 +155,13 @@ func (c natsConf) write(w io.Writer, accounts []byte) error {
 			return err
 		}
 		fmt.Fprintf(&b, "cluster: {\n  name: %s\n  listen: %s\n", name, listen)
+		if cl.Advertise != "" {
+			adv, err := str("route advertise", cl.Advertise)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "  advertise: %s\n", adv)
+		}
 		if cl.User != "" {
 			user, err := str("route user", cl.User)
 			if err != nil {
