@@ -173,8 +173,9 @@ func (a *Agent) clusterEdges(ctx context.Context) ([]int, []netip.Addr) {
 	if u := a.nc.ConnectedUrl(); u != "" {
 		urls = append(urls, u)
 	}
-	if addr := a.nc.ConnectedAddr(); addr != "" {
-		urls = append(urls, "nats://"+addr)
+	// The address connected to (not an in-process connection's "pipe").
+	if ap, err := netip.ParseAddrPort(a.nc.ConnectedAddr()); err == nil {
+		urls = append(urls, "nats://"+ap.String())
 	}
 	for _, raw := range urls {
 		u, err := url.Parse(raw)

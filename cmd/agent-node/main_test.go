@@ -208,7 +208,7 @@ func TestSIGKILLReattach(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"--runtime", "vm"}, {"--reap-grace", "0s"}, {"--labels", "novalue"}, {"extra"}, {"--id", "a.b", "--nats-url", "nats://127.0.0.1:1"}, {"--otlp-endpoint", "grpc://127.0.0.1:4317"}} {
+	for _, args := range [][]string{{"--runtime", "vm"}, {"--reap-grace", "0s"}, {"--labels", "novalue"}, {"extra"}, {"--id", "a.b", "--nats-url", "nats://127.0.0.1:1"}, {"--otlp-endpoint", "grpc://127.0.0.1:4317"}, {"--egress-cluster-ports", "route"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := run(ctx, args, &testWriter{t})
 		cancel()

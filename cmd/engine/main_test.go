@@ -246,6 +246,7 @@ func TestServeBadFlags(t *testing.T) {
 		{"--node-ttl", "500ms"},
 		{"--auto-resume", "always"},
 		{"--otlp-endpoint", "127.0.0.1:4318"}, // no scheme
+		{"--egress-cluster-ports", "6222,70000"},
 	} {
 		var errb bytes.Buffer
 		state := t.TempDir()
