@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -93,7 +94,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 // WriteFileFrom is WriteFile with the content streamed from r, which must
 // hold exactly size bytes. The last component is not followed: a symlink
 // there is replaced, as the local runtime's rename replaces it.
-func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode) error {
+func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode) (err error) {
 	rel, err := runtime.Rel(s.root, p)
 	if err != nil {
 		return err
@@ -112,12 +113,25 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 		}
 		src = d.replay
 	}
-	r, err := s.resolve(ctx, rel, false)
+	if mode == 0 {
+		mode = 0o644
+	}
+	o, err := s.owner(ctx)
 	if err != nil {
 		return err
 	}
-	if mode == 0 {
-		mode = 0o644
+	thaw, err := s.freeze(ctx, "write "+rel)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if terr := thaw(); err == nil {
+			err = terr
+		}
+	}()
+	r, err := s.resolve(ctx, rel, false)
+	if err != nil {
+		return err
 	}
 	dir, name := path.Dir(r.abs), path.Base(r.abs)
 	switch {
@@ -129,7 +143,7 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 	case r.stat.Mode.IsDir():
 		return errcode.New(errcode.InvalidRequest, "write: %s is a directory", rel)
 	}
-	return s.copyIn(ctx, "write "+rel, dir, name, src, size, mode)
+	return s.copyIn(ctx, "write "+rel, dir, name, src, size, mode, o, thaw)
 }
 
 // Mkdir makes a directory (mode 0755, owned by the sandbox user); with
@@ -139,12 +153,28 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 // (with parents, unless it is a directory); a parent that is not a
 // directory is invalid_request; a path outside the workspace is
 // invalid_path.
-func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
+func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) (err error) {
 	if c := s.supConn(""); c != nil {
 		if err := s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpMkdir, Path: p, Parents: parents}); !errors.Is(err, errDenied) {
 			return err
 		}
 	}
+	if _, err := runtime.Rel(s.root, p); err != nil {
+		return err
+	}
+	o, err := s.owner(ctx)
+	if err != nil {
+		return err
+	}
+	thaw, err := s.freeze(ctx, "mkdir")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if terr := thaw(); err == nil {
+			err = terr
+		}
+	}()
 	// Without parents any existing entry is already_exists: a symlink is
 	// not followed to say so. With them it is, to judge a directory.
 	r, err := s.resolve(ctx, p, parents)
@@ -161,25 +191,25 @@ func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
 	case !parents && strings.Contains(r.missing, "/"):
 		return errcode.New(errcode.NotFound, "mkdir: the parent of %s does not exist", r.rel)
 	}
-	return s.copyIn(ctx, "mkdir "+r.rel, r.abs, r.missing+"/", nil, 0, 0)
+	return s.copyIn(ctx, "mkdir "+r.rel, r.abs, r.missing+"/", nil, 0, 0, o, thaw)
 }
 
 // copyIn extracts into dir (an existing directory, symlinks resolved) the
 // entry name: a directory when name ends in "/", else a file of size bytes
 // streamed from data. Missing directories on the way are made first.
-// Everything belongs to the sandbox user.
-func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Reader, size int64, mode fs.FileMode) error {
-	o, err := s.owner(ctx)
-	if err != nil {
-		return err
-	}
+// Everything belongs to the sandbox user (o). The sandbox is frozen (see
+// freeze) until the daemon is past every header: copyIn thaws it once
+// thawAfter bytes have gone into the copy; the caller thaws it in any case
+// once copyIn returns.
+func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Reader, size int64, mode fs.FileMode, o owner, thaw func() error) error {
 	pr, pw := io.Pipe()
+	tw := &thawingWriter{w: pw, left: thawAfter, thaw: thaw}
 	go func() { // ends when the archive is written or the copy stops reading
-		pw.CloseWithError(writeEntry(pw, name, data, size, mode, o))
+		pw.CloseWithError(writeEntry(tw, name, data, size, mode, o))
 	}()
 	// Without CopyUIDGID the daemon keeps the archive's owners (with it, it
 	// would chown to the container's user as the host's passwd names it).
-	err = s.r.cli.CopyToContainer(ctx, s.id, dir, pr, container.CopyToContainerOptions{})
+	err := s.r.cli.CopyToContainer(ctx, s.id, dir, pr, container.CopyToContainerOptions{})
 	pr.CloseWithError(err)
 	if err != nil {
 		if errcode.Of(err) == errcode.InvalidRequest {
@@ -188,6 +218,87 @@ func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Re
 		return s.r.wrap(err, what)
 	}
 	return nil
+}
+
+// thawAfter is how much of the archive copyIn hands the daemon before it
+// thaws the sandbox. Every header comes before the file's content, and
+// what lies between the node and the daemon's extraction (the socket's
+// buffers, at most net.core.wmem_max, 4 MiB by default, and a few small
+// ones of the daemon's) holds far less: once this much is gone into the
+// copy, the daemon is past the headers and has the file open.
+const thawAfter = 16 << 20
+
+// thawingWriter passes writes on to w and calls thaw once left bytes
+// have passed.
+type thawingWriter struct {
+	w    io.Writer
+	left int64
+	thaw func() error
+}
+
+func (t *thawingWriter) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	if t.left > 0 {
+		if t.left -= int64(n); t.left <= 0 {
+			_ = t.thaw() // its error is the caller's, who thaws again
+		}
+	}
+	return n, err
+}
+
+// freeze makes the container's file system hold still while the daemon
+// extracts into it, as root: it pauses the container (docker pause, the
+// cgroup freezer), so that no process of the sandbox can rename a
+// directory on the way. The daemon makes a missing destination directory,
+// and a missing parent of a member, itself, owned by root: a sandbox that
+// renamed the directory away at the right moment got a root-owned one in
+// its place, which its user can neither write in nor move elsewhere (and a
+// hydrate, which moves the workspace's entries, then failed every time).
+// It also holds s.life, so that no Start, Stop or exec through the Docker
+// API runs meanwhile (an exec cannot start in a paused container); calls
+// through the supervisor wait until it thaws. A stopped container has
+// nothing to freeze, and s.life keeps it stopped; one paused already is
+// left paused. thaw unpauses and releases s.life; it may be called any
+// number of times, from any goroutine, and returns the first call's
+// error every time (runtime_error when the container could not be
+// unpaused). Only the Docker API fallback of a write or mkdir freezes:
+// it is rare (a file operation the sandbox's user may not do), and its
+// freeze lasts a few daemon calls and at most thawAfter bytes.
+func (s *Sandbox) freeze(ctx context.Context, what string) (thaw func() error, err error) {
+	s.life.Lock()
+	c, err := s.r.cli.ContainerInspect(ctx, s.id)
+	if err != nil {
+		s.life.Unlock()
+		if errdefs.IsNotFound(err) {
+			return nil, errcode.New(errcode.InvalidState, "%s: the container is gone", what)
+		}
+		return nil, s.r.wrap(err, what+": inspect the container")
+	}
+	paused := c.State != nil && c.State.Running && !c.State.Paused
+	if paused {
+		if err := s.r.cli.ContainerPause(ctx, s.id); err != nil {
+			s.life.Unlock()
+			return nil, s.r.wrap(err, what+": freeze the sandbox")
+		}
+	}
+	var once sync.Once
+	var uerr error
+	return func() error {
+		once.Do(func() {
+			defer s.life.Unlock()
+			if !paused {
+				return
+			}
+			// Thawed even when ctx has ended: the sandbox must not stay
+			// frozen behind its client's back.
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := s.r.cli.ContainerUnpause(uctx, s.id); err != nil {
+				uerr = s.r.wrap(err, what+": thaw the sandbox")
+			}
+		})
+		return uerr
+	}, nil
 }
 
 // writeEntry writes the tar archive copyIn extracts.

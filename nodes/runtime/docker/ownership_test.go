@@ -1,0 +1,122 @@
+package docker_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/paddock-dev/paddock/archive"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// notOwned returns the entries of sb's workspace that its user (uid) does
+// not own.
+func notOwned(t *testing.T, sb runtime.Sandbox, uid string) string {
+	t.Helper()
+	return sh(t, sb, "find /workspace ! -user "+uid)
+}
+
+// TestFallbackRenameRace is the attack: the sandbox renames a directory
+// without write permission (0555: the supervisor's writes into it are
+// refused, so the node makes them through the Docker API) back and forth
+// while the node writes and makes directories in it. Nothing in the
+// workspace may end up owned by anyone but the sandbox's user (the daemon
+// re-made a directory that had just been renamed away, as root, and every
+// hydrate after failed on it), and the workspace still persists and
+// hydrates.
+func TestFallbackRenameRace(t *testing.T) {
+	rt := supervisedRuntime(t)
+	sb := create(t, rt, spec(rt, testenv.SandboxBaseImage(t)))
+	ctx := t.Context()
+	uid := strings.TrimSpace(sh(t, sb, "id -u"))
+	sh(t, sb, "mkdir d && echo 0 > d/f && chmod 555 d")
+	p, err := sb.StartProcess(ctx, runtime.ProcessSpec{Argv: []string{"sh", "-c",
+		`i=0; while [ $i -lt 20000 ] && [ ! -e stop ]; do mv d x 2>/dev/null; mv x d 2>/dev/null; i=$((i+1)); done`}})
+	if err != nil {
+		t.Fatalf("StartProcess: %v", err)
+	}
+	defer p.Close()
+	written := 0
+	for i := 0; i < 30; i++ {
+		// Either d is there and the write goes through the Docker API, or
+		// it is away (renamed to x) and the write is not_found.
+		switch err := sb.WriteFile(ctx, "d/f", []byte(fmt.Sprint(i)), 0o644); errcode.Of(err) {
+		case "":
+			written++
+		case errcode.NotFound:
+		default:
+			t.Fatalf("WriteFile d/f: %v", err)
+		}
+		if err := sb.Mkdir(ctx, fmt.Sprintf("d/sub%d", i), false); err != nil && errcode.Of(err) != errcode.NotFound {
+			t.Fatalf("Mkdir d/sub%d: %v", i, err)
+		}
+	}
+	sh(t, sb, "touch stop")
+	if code, err := p.Wait(ctx); err != nil || code != 0 {
+		t.Fatalf("the renaming loop: exit %d, %v", code, err)
+	}
+	if written == 0 {
+		t.Fatal("no write went through: the attack was not exercised")
+	}
+	if got := notOwned(t, sb, uid); got != "" {
+		t.Errorf("entries the sandbox's user does not own:\n%s", got)
+	}
+	var snap bytes.Buffer
+	if _, err := sb.ExportWorkspace(ctx, &snap, nil); err != nil {
+		t.Fatalf("ExportWorkspace: %v", err)
+	}
+	if _, err := sb.ImportWorkspace(ctx, bytes.NewReader(snap.Bytes()), archive.DefaultLimits()); err != nil {
+		t.Fatalf("ImportWorkspace of its own snapshot: %v", err)
+	}
+	wantWorkspace(t, sb, snap.Bytes(), uid)
+}
+
+// TestHydrateUnmovableEntries: a workspace holding what the sandbox's user
+// cannot move as it is (a directory owned by root, as the Docker API left
+// them before, one with a root-owned directory inside, and the user's own
+// directories without write permission) still hydrates, and afterwards
+// holds only the archive's members, all the user's.
+func TestHydrateUnmovableEntries(t *testing.T) {
+	rt := supervisedRuntime(t)
+	sb := create(t, rt, spec(rt, testenv.SandboxBaseImage(t)))
+	ctx := t.Context()
+	uid := strings.TrimSpace(sh(t, sb, "id -u"))
+	sh(t, sb, "mkdir -p ro/inner && echo x > ro/inner/f && chmod 555 ro/inner ro")
+	var planted bytes.Buffer
+	tw := tar.NewWriter(&planted)
+	for _, name := range []string{"rootdir/", "rootdir/deep/", "rootdir2/"} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755, ModTime: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cli := testenv.DockerClient(t)
+	if err := cli.CopyToContainer(ctx, sb.ContainerID(), "/workspace", io.NopCloser(&planted), container.CopyToContainerOptions{}); err != nil {
+		t.Fatalf("plant root-owned directories: %v", err)
+	}
+	if got := notOwned(t, sb, uid); !strings.Contains(got, "/workspace/rootdir\n") {
+		t.Fatalf("the planted directories are not root's: %q", got)
+	}
+	seed := seedArchive(t)
+	if _, err := sb.ImportWorkspace(ctx, bytes.NewReader(seed), archive.DefaultLimits()); err != nil {
+		t.Fatalf("ImportWorkspace: %v", err)
+	}
+	wantWorkspace(t, sb, seed, uid)
+	// The replaced tree, root-owned directory inside included, is removed.
+	testenv.Eventually(t, time.Minute, func() error {
+		if left := sh(t, sb, "ls -A /.paddock | grep -E '^(staging|old)-' || true"); left != "" {
+			return fmt.Errorf("left beside the workspace root: %q", left)
+		}
+		return nil
+	})
+}
