@@ -120,7 +120,7 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 	if err != nil {
 		return err
 	}
-	thaw, err := s.freeze(ctx, "write "+rel)
+	thaw, err := s.freezeFor(ctx, "write "+rel, rel)
 	if err != nil {
 		return err
 	}
@@ -159,14 +159,19 @@ func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) (err error)
 			return err
 		}
 	}
-	if _, err := runtime.Rel(s.root, p); err != nil {
+	rel, err := runtime.Rel(s.root, p)
+	if err != nil {
 		return err
 	}
 	o, err := s.owner(ctx)
 	if err != nil {
 		return err
 	}
-	thaw, err := s.freeze(ctx, "mkdir")
+	frozenFor := rel
+	if parents {
+		frozenFor = "./" + rel // a link there is followed: it may lead anywhere
+	}
+	thaw, err := s.freezeFor(ctx, "mkdir "+rel, frozenFor)
 	if err != nil {
 		return err
 	}
@@ -244,6 +249,20 @@ func (t *thawingWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// freezeFor freezes the sandbox (see freeze) for an extraction at the
+// workspace path rel, unless rel is a single name. The daemon then
+// extracts into the workspace root, which the sandbox cannot rename (its
+// parent is root's), one member with no parent to make but the root: the
+// sandbox has nothing to move under it, and the write costs no freeze.
+// (A write, and a mkdir without parents, do not follow the last
+// component; a mkdir with parents, which does, always freezes.)
+func (s *Sandbox) freezeFor(ctx context.Context, what, rel string) (thaw func() error, err error) {
+	if !strings.Contains(rel, "/") {
+		return func() error { return nil }, nil
+	}
+	return s.freeze(ctx, what)
 }
 
 // freeze makes the container's file system hold still while the daemon

@@ -39,13 +39,16 @@ func TestFallbackRenameRace(t *testing.T) {
 	uid := strings.TrimSpace(sh(t, sb, "id -u"))
 	sh(t, sb, "mkdir d && echo 0 > d/f && chmod 555 d")
 	p, err := sb.StartProcess(ctx, runtime.ProcessSpec{Argv: []string{"sh", "-c",
-		`i=0; while [ $i -lt 20000 ] && [ ! -e stop ]; do mv d x 2>/dev/null; mv x d 2>/dev/null; i=$((i+1)); done`}})
+		// d is away 5 ms in every 20 or so: long enough to be away when the
+		// daemon extracts now and then, short enough for most writes to
+		// find it first. Bounded: a minute at most.
+		`i=0; while [ $i -lt 3000 ] && [ ! -e stop ]; do mv d x 2>/dev/null; mv x d 2>/dev/null || { rm -rf d 2>/dev/null; mv x d 2>/dev/null; }; i=$((i+1)); done`}})
 	if err != nil {
 		t.Fatalf("StartProcess: %v", err)
 	}
 	defer p.Close()
 	written := 0
-	for i := 0; i < 30; i++ {
+	for i := 0; i < 40; i++ {
 		// Either d is there and the write goes through the Docker API, or
 		// it is away (renamed to x) and the write is not_found.
 		switch err := sb.WriteFile(ctx, "d/f", []byte(fmt.Sprint(i)), 0o644); errcode.Of(err) {
@@ -54,6 +57,9 @@ func TestFallbackRenameRace(t *testing.T) {
 		case errcode.NotFound:
 		default:
 			t.Fatalf("WriteFile d/f: %v", err)
+		}
+		if i%4 != 0 {
+			continue
 		}
 		if err := sb.Mkdir(ctx, fmt.Sprintf("d/sub%d", i), false); err != nil && errcode.Of(err) != errcode.NotFound {
 			t.Fatalf("Mkdir d/sub%d: %v", i, err)
@@ -83,7 +89,8 @@ func TestFallbackRenameRace(t *testing.T) {
 // cannot move as it is (a directory owned by root, as the Docker API left
 // them before, one with a root-owned directory inside, and the user's own
 // directories without write permission) still hydrates, and afterwards
-// holds only the archive's members, all the user's.
+// holds only the archive's members, all the user's; so does one after an
+// archive that leaves its directories out.
 func TestHydrateUnmovableEntries(t *testing.T) {
 	rt := supervisedRuntime(t)
 	sb := create(t, rt, spec(rt, testenv.SandboxBaseImage(t)))
@@ -112,7 +119,32 @@ func TestHydrateUnmovableEntries(t *testing.T) {
 		t.Fatalf("ImportWorkspace: %v", err)
 	}
 	wantWorkspace(t, sb, seed, uid)
-	// The replaced tree, root-owned directory inside included, is removed.
+
+	// An archive that leaves out its directories gets them made by the
+	// daemon unless it is given them: they must be the user's too.
+	var sparse bytes.Buffer
+	tw = tar.NewWriter(&sparse)
+	for _, name := range []string{"top/mid/f", "top/g"} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: 1, ModTime: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.ImportWorkspace(ctx, bytes.NewReader(sparse.Bytes()), archive.DefaultLimits()); err != nil {
+		t.Fatalf("ImportWorkspace of an archive without its directories: %v", err)
+	}
+	if got := notOwned(t, sb, uid); got != "" {
+		t.Errorf("after the archive without its directories, entries the sandbox's user does not own:\n%s", got)
+	}
+	if got := sh(t, sb, "cat top/mid/f top/g"); got != "xx" {
+		t.Errorf("contents: got %q, want %q", got, "xx")
+	}
+	// The replaced trees, root-owned directory inside included, is removed.
 	testenv.Eventually(t, time.Minute, func() error {
 		if left := sh(t, sb, "ls -A /.paddock | grep -E '^(staging|old)-' || true"); left != "" {
 			return fmt.Errorf("left beside the workspace root: %q", left)
