@@ -85,8 +85,10 @@ func (s *Sandbox) ReadFileTo(ctx context.Context, p string, w io.Writer, limit i
 // creating missing parent directories (0755); the file and the directories
 // belong to the sandbox user. The daemon's extraction removes an existing
 // file and writes the new one in its place: not atomic, unlike the local
-// runtime's rename. An existing directory, or a parent that is not one, is
-// invalid_request; the workspace root or a path outside it invalid_path.
+// runtime's rename. Through the Docker API, a path below the workspace
+// root is written with the sandbox frozen (see freeze). An existing
+// directory, or a parent that is not one, is invalid_request; the
+// workspace root or a path outside it invalid_path.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
 	return s.WriteFileFrom(ctx, p, bytes.NewReader(data), int64(len(data)), mode)
 }

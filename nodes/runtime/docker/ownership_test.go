@@ -152,3 +152,23 @@ func TestHydrateUnmovableEntries(t *testing.T) {
 		return nil
 	})
 }
+
+// TestStartThawsPaused: a sandbox left paused (a node that died in the
+// middle of a freeze) runs again on Start.
+func TestStartThawsPaused(t *testing.T) {
+	sb := sandbox(t)
+	ctx := t.Context()
+	if err := testenv.DockerClient(t).ContainerPause(ctx, sb.ContainerID()); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if running, err := sb.Running(ctx); err != nil || running {
+		t.Fatalf("Running while paused: %v, %v; want false", running, err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatalf("Start of a paused sandbox: %v", err)
+	}
+	if running, err := sb.Running(ctx); err != nil || !running {
+		t.Errorf("Running after Start: %v, %v; want true", running, err)
+	}
+	sh(t, sb, "true")
+}
