@@ -122,6 +122,15 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 	if err != nil {
 		return err
 	}
+	if strings.Contains(rel, "/") && size > 0 {
+		// What the frozen part of the copy sends is read first, so that the
+		// freeze never waits on the content's source.
+		head := make([]byte, min(size, frozenHead))
+		if n, err := io.ReadFull(src, head); err != nil {
+			return errcode.Wrap(errcode.InvalidRequest, err, fmt.Sprintf("write: %d of %d bytes arrived", n, size))
+		}
+		src = io.MultiReader(bytes.NewReader(head), src)
+	}
 	thaw, err := s.freezeFor(ctx, "write "+rel, rel)
 	if err != nil {
 		return err
@@ -145,7 +154,7 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 	case r.stat.Mode.IsDir():
 		return errcode.New(errcode.InvalidRequest, "write: %s is a directory", rel)
 	}
-	return s.copyIn(ctx, "write "+rel, dir, name, src, size, mode, o, thaw)
+	return s.copyIn(ctx, "write "+rel, dir, name, src, size, mode, o)
 }
 
 // Mkdir makes a directory (mode 0755, owned by the sandbox user); with
@@ -198,21 +207,19 @@ func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) (err error)
 	case !parents && strings.Contains(r.missing, "/"):
 		return errcode.New(errcode.NotFound, "mkdir: the parent of %s does not exist", r.rel)
 	}
-	return s.copyIn(ctx, "mkdir "+r.rel, r.abs, r.missing+"/", nil, 0, 0, o, thaw)
+	return s.copyIn(ctx, "mkdir "+r.rel, r.abs, r.missing+"/", nil, 0, 0, o)
 }
 
 // copyIn extracts into dir (an existing directory, symlinks resolved) the
 // entry name: a directory when name ends in "/", else a file of size bytes
 // streamed from data. Missing directories on the way are made first.
-// Everything belongs to the sandbox user (o). The sandbox is frozen (see
-// freeze) until the daemon is past every header: copyIn thaws it once
-// thawAfter bytes have gone into the copy; the caller thaws it in any case
-// once copyIn returns.
-func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Reader, size int64, mode fs.FileMode, o owner, thaw func() error) error {
+// Everything belongs to the sandbox user (o). The caller has frozen the
+// sandbox (see freezeFor) before it resolved dir, and thaws it once
+// copyIn returns.
+func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Reader, size int64, mode fs.FileMode, o owner) error {
 	pr, pw := io.Pipe()
-	tw := &thawingWriter{w: pw, left: thawAfter, thaw: thaw}
 	go func() { // ends when the archive is written or the copy stops reading
-		pw.CloseWithError(writeEntry(tw, name, data, size, mode, o))
+		pw.CloseWithError(writeEntry(pw, name, data, size, mode, o))
 	}()
 	// Without CopyUIDGID the daemon keeps the archive's owners (with it, it
 	// would chown to the container's user as the host's passwd names it).
@@ -227,31 +234,12 @@ func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Re
 	return nil
 }
 
-// thawAfter is how much of the archive copyIn hands the daemon before it
-// thaws the sandbox. Every header comes before the file's content, and
-// what lies between the node and the daemon's extraction (the socket's
-// buffers, at most net.core.wmem_max, 4 MiB by default, and a few small
-// ones of the daemon's) holds far less: once this much is gone into the
-// copy, the daemon is past the headers and has the file open.
-const thawAfter = 16 << 20
-
-// thawingWriter passes writes on to w and calls thaw once left bytes
-// have passed.
-type thawingWriter struct {
-	w    io.Writer
-	left int64
-	thaw func() error
-}
-
-func (t *thawingWriter) Write(p []byte) (int, error) {
-	n, err := t.w.Write(p)
-	if t.left > 0 {
-		if t.left -= int64(n); t.left <= 0 {
-			_ = t.thaw() // its error is the caller's, who thaws again
-		}
-	}
-	return n, err
-}
+// frozenHead is how much of a write's content WriteFileFrom reads before
+// it freezes the sandbox, so that the freeze does not wait on the
+// content's source. The daemon holds the container's lock while it
+// extracts, so the sandbox cannot be unpaused before the copy ends: a
+// larger content keeps it frozen while the rest streams.
+const frozenHead = 16 << 20
 
 // freezeFor freezes the sandbox (see freeze) for an extraction at the
 // workspace path rel, unless rel is a single name. The daemon then
@@ -280,11 +268,14 @@ func (s *Sandbox) freezeFor(ctx context.Context, what, rel string) (thaw func() 
 // through the supervisor wait until it thaws. A stopped container has
 // nothing to freeze, and s.life keeps it stopped; one paused already is
 // left paused. thaw unpauses and releases s.life; it may be called any
-// number of times, from any goroutine, and returns the first call's
-// error every time (runtime_error when the container could not be
-// unpaused). Only the Docker API fallback of a write or mkdir freezes:
-// it is rare (a file operation the sandbox's user may not do), and its
-// freeze lasts a few daemon calls and at most thawAfter bytes.
+// number of times and returns the first call's error every time
+// (runtime_error when the container could not be unpaused). Only the
+// Docker API fallback of a write or mkdir below the workspace root
+// freezes: it is rare (a file operation the sandbox's user may not do, or
+// any while no supervisor is connected), and its freeze lasts a few
+// daemon calls and the copy (of at most frozenHead bytes read before it,
+// unless the content is larger; a supervisor silent for 5 s meanwhile is
+// dropped, and reconnects after).
 func (s *Sandbox) freeze(ctx context.Context, what string) (thaw func() error, err error) {
 	s.life.Lock()
 	c, err := s.r.cli.ContainerInspect(ctx, s.id)
@@ -295,8 +286,8 @@ func (s *Sandbox) freeze(ctx context.Context, what string) (thaw func() error, e
 		}
 		return nil, s.r.wrap(err, what+": inspect the container")
 	}
-	paused := c.State != nil && c.State.Running && !c.State.Paused
-	if paused {
+	pausing := c.State != nil && c.State.Running && !c.State.Paused
+	if pausing {
 		if err := s.r.cli.ContainerPause(ctx, s.id); err != nil {
 			s.life.Unlock()
 			return nil, s.r.wrap(err, what+": freeze the sandbox")
@@ -307,7 +298,7 @@ func (s *Sandbox) freeze(ctx context.Context, what string) (thaw func() error, e
 	return func() error {
 		once.Do(func() {
 			defer s.life.Unlock()
-			if !paused {
+			if !pausing {
 				return
 			}
 			// Thawed even when ctx has ended: the sandbox must not stay

@@ -172,3 +172,38 @@ func TestStartThawsPaused(t *testing.T) {
 	}
 	sh(t, sb, "true")
 }
+
+// TestFrozenLargeWrite: a write through the Docker API below the workspace
+// root larger than what is read before the freeze (the rest streams
+// frozen) arrives whole, owned by the sandbox's user, and the sandbox runs
+// after; a content that ends early is refused before anything is frozen.
+func TestFrozenLargeWrite(t *testing.T) {
+	sb := sandbox(t) // no supervisor: every write goes through the Docker API
+	ctx := t.Context()
+	uid := strings.TrimSpace(sh(t, sb, "id -u"))
+	if err := sb.Mkdir(ctx, "d", false); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("0123456789abcdef"), (17<<20)/16) // past the 16 MiB read before the freeze
+	if err := sb.WriteFile(ctx, "d/big", data, 0o600); err != nil {
+		t.Fatalf("WriteFile d/big: %v", err)
+	}
+	if running, err := sb.Running(ctx); err != nil || !running {
+		t.Fatalf("Running after the write: %v, %v; want true (thawed)", running, err)
+	}
+	if st := sh(t, sb, "stat -c %u:%a d/big"); st != uid+":600\n" {
+		t.Errorf("d/big: owner and mode %q, want %s:600", st, uid)
+	}
+	got, mode, err := sb.ReadFile(ctx, "d/big", 32<<20)
+	if err != nil || !bytes.Equal(got, data) || mode != 0o600 {
+		t.Errorf("ReadFile d/big: %d bytes (equal %v), mode %v, %v; want the %d written, 0600", len(got), bytes.Equal(got, data), mode, err, len(data))
+	}
+	if got := notOwned(t, sb, uid); got != "" {
+		t.Errorf("entries the sandbox's user does not own:\n%s", got)
+	}
+	err = sb.WriteFileFrom(ctx, "d/short", strings.NewReader("abc"), 10, 0o644)
+	wantCode(t, "WriteFileFrom of a short content", err, errcode.InvalidRequest)
+	if running, err := sb.Running(ctx); err != nil || !running {
+		t.Errorf("Running after the short write: %v, %v; want true", running, err)
+	}
+}
