@@ -69,9 +69,10 @@ const (
 // commitScript runs as sh -c commitScript paddock-commit <root> <staging>
 // <old> <aside>, as the sandbox user: the workspace's entries go to
 // <staging>/<aside>, a name no member of the archive has, and <old> is the
-// staging directory's name once it holds only them. Exit codes: 0 swapped; 3 nothing
-// changed (a directory is missing or not one); 4 failed and everything was
-// moved back (and <aside> removed, so that the commit can run again); 5 failed and not everything could be moved back. The mode of
+// staging directory's name once it holds only them. Exit codes: 0 swapped;
+// 3 nothing changed (a directory is missing or not one); 4 failed and
+// everything was moved back (and <aside> removed, so that the commit can
+// run again); 5 failed and not everything could be moved back. The mode of
 // a directory is read from ls -ld: busybox's test -w is true for uid 0,
 // capabilities or not.
 const commitScript = `root=$1 new=$2 old=$2/$4
