@@ -219,7 +219,11 @@ func Copy(w io.Writer, r io.Reader, lim Limits) (Stats, error) {
 	return CopyAs(w, r, lim, 0, 0)
 }
 
-// CopyAs is Copy with every member owned by uid and gid.
+// CopyAs is Copy with every member owned by uid and gid. A member whose
+// parent directories the archive has not given before it gets them first
+// (mode 0755, owned by uid and gid): extracted by the Docker daemon, an
+// archive without them would get them made by the daemon, owned by root.
+// A member under a member that is not a directory is invalid_archive.
 func CopyAs(w io.Writer, r io.Reader, lim Limits, uid, gid int) (Stats, error) {
 	return copyUnder(w, r, lim, uid, gid, "")
 }
@@ -255,24 +259,56 @@ func copyUnder(w io.Writer, r io.Reader, lim Limits, uid, gid int, dir string) (
 		}
 	}
 	tw := tar.NewWriter(w)
+	mkdir := func(name string) error {
+		if err := tw.WriteHeader(&tar.Header{
+			Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755,
+			Uid: uid, Gid: gid, ModTime: time.Now(), Format: tar.FormatPAX,
+		}); err != nil {
+			return fmt.Errorf("write archive: %w", err)
+		}
+		return nil
+	}
 	if dir != "" {
 		comps := strings.Split(dir, "/")
 		for i := range comps {
-			if err := tw.WriteHeader(&tar.Header{
-				Typeflag: tar.TypeDir, Name: strings.Join(comps[:i+1], "/") + "/", Mode: 0o755,
-				Uid: uid, Gid: gid, ModTime: time.Now(), Format: tar.FormatPAX,
-			}); err != nil {
-				return c.stats, fmt.Errorf("write archive: %w", err)
+			if err := mkdir(strings.Join(comps[:i+1], "/")); err != nil {
+				return c.stats, err
 			}
 		}
 	}
+	// dirs holds the directories written so far: a member whose parent is
+	// not among them gets it (and its own missing parents) first, so that
+	// the daemon never makes one itself, owned by root.
+	dirs := map[string]bool{}
 	for {
-		h, _, err := c.Next(tr)
+		h, name, err := c.Next(tr)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return c.stats, err
+		}
+		var missing []string
+		for p := path.Dir(name); p != "." && !dirs[p]; p = path.Dir(p) {
+			if c.regular[p] || c.symlinks[p] {
+				return c.stats, invalid("member %q lies under %q, which is not a directory", name, p)
+			}
+			missing = append(missing, p)
+		}
+		for i := len(missing) - 1; i >= 0; i-- {
+			p := missing[i]
+			if dir != "" {
+				p = dir + "/" + p
+			}
+			if err := mkdir(p); err != nil {
+				return c.stats, err
+			}
+			dirs[missing[i]] = true
+		}
+		if h.Typeflag == tar.TypeDir {
+			dirs[name] = true
+		} else {
+			delete(dirs, name)
 		}
 		h.Uid, h.Gid = uid, gid
 		if dir != "" {

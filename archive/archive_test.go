@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -272,6 +273,48 @@ func TestCopyUnder(t *testing.T) {
 		if b, err := dst.ReadFile(name); err != nil || string(b) != "data" {
 			t.Errorf("%s after extraction: %q, %v, want %q", name, b, err, "data")
 		}
+	}
+
+	// Parents the archive leaves out come before their first member, owned
+	// like the rest (the daemon would make them itself, owned by root).
+	sparse := tarOf(t,
+		member{name: "a/b/f", typ: tar.TypeReg, data: "x"},
+		member{name: "a/c/", typ: tar.TypeDir, mode: 0o700},
+		member{name: "a/c/g", typ: tar.TypeReg, data: "y"},
+		member{name: "e/f", typ: tar.TypeReg, data: "z"},
+	)
+	out.Reset()
+	if st, err := archive.CopyUnder(&out, bytes.NewReader(sparse), archive.Limits{}, 7, 8, "s"); err != nil || st.Members != 4 {
+		t.Fatalf("CopyUnder of an archive without its directories: %+v, %v", st, err)
+	}
+	got = nil
+	tr = tar.NewReader(bytes.NewReader(out.Bytes()))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, row{h.Name, h.Linkname, h.Typeflag, h.Mode, h.Uid, h.Gid})
+	}
+	want = []row{
+		{"s/", "", tar.TypeDir, 0o755, 7, 8},
+		{"s/a/", "", tar.TypeDir, 0o755, 7, 8},
+		{"s/a/b/", "", tar.TypeDir, 0o755, 7, 8},
+		{"s/a/b/f", "", tar.TypeReg, 0o644, 7, 8},
+		{"s/a/c/", "", tar.TypeDir, 0o700, 7, 8},
+		{"s/a/c/g", "", tar.TypeReg, 0o644, 7, 8},
+		{"s/e/", "", tar.TypeDir, 0o755, 7, 8},
+		{"s/e/f", "", tar.TypeReg, 0o644, 7, 8},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("members of the sparse archive:\n got %+v\nwant %+v", got, want)
+	}
+	under := tarOf(t, member{name: "f", typ: tar.TypeReg, data: "x"}, member{name: "f/g", typ: tar.TypeReg, data: "y"})
+	if _, err := archive.CopyUnder(&bytes.Buffer{}, bytes.NewReader(under), archive.Limits{}, 0, 0, "s"); errcode.Of(err) != errcode.InvalidArchive {
+		t.Errorf("a member under a file: got %v, want invalid_archive", err)
 	}
 
 	bad := tarOf(t, member{name: "ok", typ: tar.TypeReg, data: "x"}, member{name: "../evil", typ: tar.TypeReg, data: "x"})

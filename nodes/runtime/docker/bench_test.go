@@ -360,3 +360,40 @@ func BenchmarkRemove(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWriteDockerAPI writes 4 KiB through the Docker API (a runtime
+// without the supervisor, as a write the sandbox's user may not do goes):
+// directly in the workspace root, which needs no freeze, and in a
+// directory below it, on a running sandbox, which the write freezes from
+// its path's resolution to the extraction, and on a stopped one, which
+// has nothing to freeze.
+//
+//	go test -run '^$' -bench BenchmarkWriteDockerAPI -benchtime 50x ./nodes/runtime/docker/
+func BenchmarkWriteDockerAPI(b *testing.B) {
+	cli, image := benchEnv(b)
+	ctx := context.Background()
+	rt := benchRuntime(b, cli)
+	data := make([]byte, 4<<10)
+	for _, c := range []struct {
+		name    string
+		path    string
+		stopped bool
+	}{{"root", "f", false}, {"subdir", "d/f", false}, {"subdir-stopped", "d/f", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			sb, err := rt.Create(ctx, runtime.Spec{Tenant: "bench", SessionID: uuid.NewString(), Node: rt.Node(), Epoch: 1, Image: image})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Shutdown(ctx)
+			if err := sb.Mkdir(ctx, "d", false); err != nil {
+				b.Fatal(err)
+			}
+			if c.stopped {
+				if err := sb.Stop(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			measure(b, func() (func(), error) { return nil, sb.WriteFile(ctx, c.path, data, 0o644) })
+		})
+	}
+}

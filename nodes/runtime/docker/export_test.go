@@ -51,3 +51,11 @@ func SetStaleAge(d time.Duration) func() {
 	staleAge = d
 	return func() { staleAge = old }
 }
+
+// SetReown turns the reown of a failed hydrate commit on or off, and
+// returns the undo.
+func SetReown(on bool) func() {
+	old := reownOn
+	reownOn = on
+	return func() { reownOn = old }
+}

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -84,8 +85,10 @@ func (s *Sandbox) ReadFileTo(ctx context.Context, p string, w io.Writer, limit i
 // creating missing parent directories (0755); the file and the directories
 // belong to the sandbox user. The daemon's extraction removes an existing
 // file and writes the new one in its place: not atomic, unlike the local
-// runtime's rename. An existing directory, or a parent that is not one, is
-// invalid_request; the workspace root or a path outside it invalid_path.
+// runtime's rename. Through the Docker API, a path below the workspace
+// root is written with the sandbox frozen (see freeze). An existing
+// directory, or a parent that is not one, is invalid_request; the
+// workspace root or a path outside it invalid_path.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
 	return s.WriteFileFrom(ctx, p, bytes.NewReader(data), int64(len(data)), mode)
 }
@@ -93,7 +96,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 // WriteFileFrom is WriteFile with the content streamed from r, which must
 // hold exactly size bytes. The last component is not followed: a symlink
 // there is replaced, as the local runtime's rename replaces it.
-func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode) error {
+func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode) (err error) {
 	rel, err := runtime.Rel(s.root, p)
 	if err != nil {
 		return err
@@ -112,12 +115,34 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 		}
 		src = d.replay
 	}
-	r, err := s.resolve(ctx, rel, false)
+	if mode == 0 {
+		mode = 0o644
+	}
+	o, err := s.owner(ctx)
 	if err != nil {
 		return err
 	}
-	if mode == 0 {
-		mode = 0o644
+	if strings.Contains(rel, "/") && size > 0 {
+		// What the frozen part of the copy sends is read first, so that the
+		// freeze never waits on the content's source.
+		head := make([]byte, min(size, frozenHead))
+		if n, err := io.ReadFull(src, head); err != nil {
+			return errcode.Wrap(errcode.InvalidRequest, err, fmt.Sprintf("write: %d of %d bytes arrived", n, size))
+		}
+		src = io.MultiReader(bytes.NewReader(head), src)
+	}
+	thaw, err := s.freezeFor(ctx, "write "+rel, rel)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if terr := thaw(); err == nil {
+			err = terr
+		}
+	}()
+	r, err := s.resolve(ctx, rel, false)
+	if err != nil {
+		return err
 	}
 	dir, name := path.Dir(r.abs), path.Base(r.abs)
 	switch {
@@ -129,7 +154,7 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 	case r.stat.Mode.IsDir():
 		return errcode.New(errcode.InvalidRequest, "write: %s is a directory", rel)
 	}
-	return s.copyIn(ctx, "write "+rel, dir, name, src, size, mode)
+	return s.copyIn(ctx, "write "+rel, dir, name, src, size, mode, o)
 }
 
 // Mkdir makes a directory (mode 0755, owned by the sandbox user); with
@@ -139,12 +164,33 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 // (with parents, unless it is a directory); a parent that is not a
 // directory is invalid_request; a path outside the workspace is
 // invalid_path.
-func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
+func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) (err error) {
 	if c := s.supConn(""); c != nil {
 		if err := s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpMkdir, Path: p, Parents: parents}); !errors.Is(err, errDenied) {
 			return err
 		}
 	}
+	rel, err := runtime.Rel(s.root, p)
+	if err != nil {
+		return err
+	}
+	o, err := s.owner(ctx)
+	if err != nil {
+		return err
+	}
+	frozenFor := rel
+	if parents {
+		frozenFor = "./" + rel // a link there is followed: it may lead anywhere
+	}
+	thaw, err := s.freezeFor(ctx, "mkdir "+rel, frozenFor)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if terr := thaw(); err == nil {
+			err = terr
+		}
+	}()
 	// Without parents any existing entry is already_exists: a symlink is
 	// not followed to say so. With them it is, to judge a directory.
 	r, err := s.resolve(ctx, p, parents)
@@ -161,25 +207,23 @@ func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
 	case !parents && strings.Contains(r.missing, "/"):
 		return errcode.New(errcode.NotFound, "mkdir: the parent of %s does not exist", r.rel)
 	}
-	return s.copyIn(ctx, "mkdir "+r.rel, r.abs, r.missing+"/", nil, 0, 0)
+	return s.copyIn(ctx, "mkdir "+r.rel, r.abs, r.missing+"/", nil, 0, 0, o)
 }
 
 // copyIn extracts into dir (an existing directory, symlinks resolved) the
 // entry name: a directory when name ends in "/", else a file of size bytes
 // streamed from data. Missing directories on the way are made first.
-// Everything belongs to the sandbox user.
-func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Reader, size int64, mode fs.FileMode) error {
-	o, err := s.owner(ctx)
-	if err != nil {
-		return err
-	}
+// Everything belongs to the sandbox user (o). The caller has frozen the
+// sandbox (see freezeFor) before it resolved dir, and thaws it once
+// copyIn returns.
+func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Reader, size int64, mode fs.FileMode, o owner) error {
 	pr, pw := io.Pipe()
 	go func() { // ends when the archive is written or the copy stops reading
 		pw.CloseWithError(writeEntry(pw, name, data, size, mode, o))
 	}()
 	// Without CopyUIDGID the daemon keeps the archive's owners (with it, it
 	// would chown to the container's user as the host's passwd names it).
-	err = s.r.cli.CopyToContainer(ctx, s.id, dir, pr, container.CopyToContainerOptions{})
+	err := s.r.cli.CopyToContainer(ctx, s.id, dir, pr, container.CopyToContainerOptions{})
 	pr.CloseWithError(err)
 	if err != nil {
 		if errcode.Of(err) == errcode.InvalidRequest {
@@ -188,6 +232,85 @@ func (s *Sandbox) copyIn(ctx context.Context, what, dir, name string, data io.Re
 		return s.r.wrap(err, what)
 	}
 	return nil
+}
+
+// frozenHead is how much of a write's content WriteFileFrom reads before
+// it freezes the sandbox, so that the freeze does not wait on the
+// content's source. The daemon holds the container's lock while it
+// extracts, so the sandbox cannot be unpaused before the copy ends: a
+// larger content keeps it frozen while the rest streams.
+const frozenHead = 16 << 20
+
+// freezeFor freezes the sandbox (see freeze) for an extraction at the
+// workspace path rel, unless rel is a single name. The daemon then
+// extracts into the workspace root, which the sandbox cannot rename (its
+// parent is root's), one member with no parent to make but the root: the
+// sandbox has nothing to move under it, and the write costs no freeze.
+// (A write, and a mkdir without parents, do not follow the last
+// component; a mkdir with parents, which does, always freezes.)
+func (s *Sandbox) freezeFor(ctx context.Context, what, rel string) (thaw func() error, err error) {
+	if !strings.Contains(rel, "/") {
+		return func() error { return nil }, nil
+	}
+	return s.freeze(ctx, what)
+}
+
+// freeze makes the container's file system hold still while the daemon
+// extracts into it, as root: it pauses the container (docker pause, the
+// cgroup freezer), so that no process of the sandbox can rename a
+// directory on the way. The daemon makes a missing destination directory,
+// and a missing parent of a member, itself, owned by root: a sandbox that
+// renamed the directory away at the right moment got a root-owned one in
+// its place, which its user can neither write in nor move elsewhere (and a
+// hydrate, which moves the workspace's entries, then failed every time).
+// It also holds s.life, so that no Start, Stop or exec through the Docker
+// API runs meanwhile (an exec cannot start in a paused container); calls
+// through the supervisor wait until it thaws. A stopped container has
+// nothing to freeze, and s.life keeps it stopped; one paused already is
+// left paused. thaw unpauses and releases s.life; it may be called any
+// number of times and returns the first call's error every time
+// (runtime_error when the container could not be unpaused). Only the
+// Docker API fallback of a write or mkdir below the workspace root
+// freezes: it is rare (a file operation the sandbox's user may not do, or
+// any while no supervisor is connected), and its freeze lasts a few
+// daemon calls and the copy (of at most frozenHead bytes read before it,
+// unless the content is larger; a supervisor silent for 5 s meanwhile is
+// dropped, and reconnects after).
+func (s *Sandbox) freeze(ctx context.Context, what string) (thaw func() error, err error) {
+	s.life.Lock()
+	c, err := s.r.cli.ContainerInspect(ctx, s.id)
+	if err != nil {
+		s.life.Unlock()
+		if errdefs.IsNotFound(err) {
+			return nil, errcode.New(errcode.InvalidState, "%s: the container is gone", what)
+		}
+		return nil, s.r.wrap(err, what+": inspect the container")
+	}
+	pausing := c.State != nil && c.State.Running && !c.State.Paused
+	if pausing {
+		if err := s.r.cli.ContainerPause(ctx, s.id); err != nil {
+			s.life.Unlock()
+			return nil, s.r.wrap(err, what+": freeze the sandbox")
+		}
+	}
+	var once sync.Once
+	var uerr error
+	return func() error {
+		once.Do(func() {
+			defer s.life.Unlock()
+			if !pausing {
+				return
+			}
+			// Thawed even when ctx has ended: the sandbox must not stay
+			// frozen behind its client's back.
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := s.r.cli.ContainerUnpause(uctx, s.id); err != nil {
+				uerr = s.r.wrap(err, what+": thaw the sandbox")
+			}
+		})
+		return uerr
+	}, nil
 }
 
 // writeEntry writes the tar archive copyIn extracts.

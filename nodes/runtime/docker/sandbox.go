@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"strconv"
@@ -89,8 +90,16 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	s.life.Lock()
 	defer s.life.Unlock()
 	if err := s.r.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
-		if errdefs.IsNotFound(err) {
+		switch {
+		case errdefs.IsNotFound(err):
 			return errcode.New(errcode.InvalidState, "start: the container is gone")
+		case errdefs.IsConflict(err):
+			// Paused: only a freeze (files.go) pauses, and thaws before
+			// it returns; one a node died in the middle of is thawed here.
+			if uerr := s.r.cli.ContainerUnpause(ctx, s.id); uerr != nil {
+				return s.r.wrap(errors.Join(err, uerr), "start container")
+			}
+			return nil
 		}
 		return s.r.wrap(err, "start container")
 	}

@@ -1,12 +1,15 @@
 package docker
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"path"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -66,9 +69,10 @@ const (
 // commitScript runs as sh -c commitScript paddock-commit <root> <staging>
 // <old> <aside>, as the sandbox user: the workspace's entries go to
 // <staging>/<aside>, a name no member of the archive has, and <old> is the
-// staging directory's name once it holds only them. Exit codes: 0 swapped; 3 nothing
-// changed (a directory is missing or not one); 4 failed and everything was
-// moved back; 5 failed and not everything could be moved back. The mode of
+// staging directory's name once it holds only them. Exit codes: 0 swapped;
+// 3 nothing changed (a directory is missing or not one); 4 failed and
+// everything was moved back (and <aside> removed, so that the commit can
+// run again); 5 failed and not everything could be moved back. The mode of
 // a directory is read from ls -ld: busybox's test -w is true for uid 0,
 // capabilities or not.
 const commitScript = `root=$1 new=$2 old=$2/$4
@@ -96,6 +100,7 @@ rollback() {
   fi
   cd -P -- "$old" || finish 5
   for e in * .[!.]* ..?*; do exists "$e" && { move "$old/$e" "$root/$e" || st=5; }; done
+  cd / && rmdir -- "$old" 2>/dev/null
   finish "$st"
 }
 [ -d "$root" ] && [ ! -L "$root" ] && [ -d "$new" ] && [ ! -L "$new" ] || exit 3
@@ -204,15 +209,29 @@ func (s *Sandbox) ImportWorkspace(ctx context.Context, r io.Reader, lim archive.
 // what it replaced in the background, or removes the staging directory now
 // when the swap failed. The script runs to its end even when ctx ends: a
 // kill half way would leave the workspace half swapped.
+//
+// A commit that fails with everything moved back (exit 4) may have met a
+// directory of the workspace root that the sandbox's user does not own
+// and so cannot move (one the Docker API left owned by root before its
+// extractions were frozen, or one of another user's): reown gives those
+// to the sandbox's user and the commit runs once more.
 func (s *Sandbox) swapIn(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
 	holder := path.Join(path.Dir(s.root), holderName)
-	res, err := s.Exec(ctx, runtime.ExecSpec{
+	spec := runtime.ExecSpec{
 		Argv: []string{"/bin/sh", "-c", commitScript, "paddock-commit", s.root,
 			path.Join(holder, name), path.Join(holder, oldPrefix+rand.Text()), ".paddock-old-" + rand.Text()},
 		Timeout: 5 * time.Minute, MaxOutput: 4 << 10,
-	})
+	}
+	res, err := s.Exec(ctx, spec)
+	if err == nil && res.ExitCode == 4 && reownOn {
+		if n, rerr := s.reown(ctx); rerr != nil {
+			err = rerr
+		} else if n > 0 {
+			res, err = s.Exec(ctx, spec)
+		}
+	}
 	if err == nil && res.ExitCode == 0 {
 		// Sweeps the old-* of earlier hydrates too, and name should the
 		// rename to old-* have failed.
@@ -232,6 +251,88 @@ func (s *Sandbox) swapIn(ctx context.Context, name string) error {
 	}
 	s.discard(ctx, name)
 	return errcode.Wrap(errcode.RuntimeError, cause, fmt.Sprintf("hydrate: the staged workspace could not be swapped in (exit %d); the workspace is as it was", res.ExitCode))
+}
+
+// reownOn says whether swapIn may reown; tests turn it off to reach the
+// rollback of a commit that cannot move an entry.
+var reownOn = true
+
+// foreignDirsScript runs as sh -c foreignDirsScript paddock-foreign <root>
+// <uid>: it prints, each ended by a NUL, the directories directly in the
+// workspace root that uid does not own.
+const foreignDirsScript = `cd -P -- "$1" || exit 3
+exec find . -mindepth 1 -maxdepth 1 -type d ! -user "$2" -print0`
+
+// reown gives the directories directly in the workspace root that the
+// sandbox's user does not own to that user, through the Docker API (the
+// daemon's extraction chowns an existing directory to the owner of the
+// archive's entry for it), keeping their modes, and returns how many it
+// gave. Only the workspace root's own entries: the root cannot be renamed
+// by the sandbox, the entries are single names extracted into it, and each
+// is checked to be a directory (not a symlink: a stat does not follow the
+// last component, and the daemon refuses to put a directory over anything
+// else) with the sandbox frozen from the check to the extraction, so that
+// nothing outside the workspace is ever chowned. What lies deeper moves
+// with its top-level entry.
+func (s *Sandbox) reown(ctx context.Context) (int, error) {
+	o, err := s.owner(ctx)
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.Exec(ctx, runtime.ExecSpec{
+		Argv:    []string{"/bin/sh", "-c", foreignDirsScript, "paddock-foreign", s.root, strconv.Itoa(o.uid)},
+		Timeout: time.Minute, MaxOutput: 1 << 20,
+	})
+	if err != nil || res.ExitCode != 0 {
+		return 0, err // a listing that failed (no find in the image) gives nothing to reown
+	}
+	var names []string
+	for _, n := range strings.Split(string(res.Stdout), "\x00") {
+		n = strings.TrimPrefix(n, "./")
+		if n != "" && n != "." && n != ".." && !strings.Contains(n, "/") && len(n) <= runtime.MaxNameBytes {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return 0, nil
+	}
+	thaw, err := s.freeze(ctx, "hydrate")
+	if err != nil {
+		return 0, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	n := 0
+	for _, name := range names {
+		st, err := s.r.cli.ContainerStatPath(ctx, s.id, path.Join(s.root, name))
+		if err != nil || !st.Mode.IsDir() {
+			continue // gone, or no longer a directory
+		}
+		if err := tw.WriteHeader(&tar.Header{
+			Typeflag: tar.TypeDir, Name: name + "/", Mode: int64(st.Mode.Perm()),
+			Uid: o.uid, Gid: o.gid, ModTime: st.Mtime, Format: tar.FormatPAX,
+		}); err != nil {
+			_ = thaw()
+			return 0, errcode.Wrap(errcode.Internal, err, "hydrate: reown")
+		}
+		n++
+	}
+	if err := tw.Close(); err != nil {
+		_ = thaw()
+		return 0, errcode.Wrap(errcode.Internal, err, "hydrate: reown")
+	}
+	err = nil
+	if n > 0 {
+		err = s.r.wrap(s.r.cli.CopyToContainer(ctx, s.id, s.root, &buf, container.CopyToContainerOptions{}),
+			"hydrate: give the workspace's directories to the sandbox's user")
+	}
+	if terr := thaw(); err == nil {
+		err = terr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // discard removes the staging directory name now, best effort, under its
