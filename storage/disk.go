@@ -43,9 +43,9 @@ type Threshold struct {
 	Bytes   uint64
 }
 
-// bytesOf returns the free bytes below which a filesystem of total bytes
-// is past t (0: never).
-func (t Threshold) bytesOf(total uint64) uint64 {
+// FreeBytes returns the free bytes below which a filesystem of total
+// bytes is past t (0: never).
+func (t Threshold) FreeBytes(total uint64) uint64 {
 	pct := uint64(t.Percent / 100 * float64(total))
 	switch {
 	case t.Percent <= 0:
@@ -89,9 +89,9 @@ func (t Thresholds) Validate() error {
 // Level returns the level of a filesystem with free of total bytes free.
 func (t Thresholds) Level(free, total uint64) Level {
 	switch {
-	case free < t.Critical.bytesOf(total):
+	case free < t.Critical.FreeBytes(total):
 		return LevelCritical
-	case free < t.Warn.bytesOf(total):
+	case free < t.Warn.FreeBytes(total):
 		return LevelWarn
 	}
 	return LevelOK
