@@ -45,8 +45,11 @@ func TestFullDiskHeals(t *testing.T) {
 		}
 	}
 
+	start := time.Now()
+	stage := func(what string) { t.Logf("%s: %s", time.Since(start).Round(time.Millisecond), what) }
 	ballast := filepath.Join(state, "ballast")
 	testenv.Fill(t, ballast)
+	stage("disk filled")
 	// Ops fail, typed, once a write meets the full disk.
 	testenv.Eventually(t, 60*time.Second, func() error {
 		code, errs := exec()
@@ -58,6 +61,7 @@ func TestFullDiskHeals(t *testing.T) {
 		}
 		return nil
 	})
+	stage("ops fail")
 	// engine status says the node's disk is critical.
 	testenv.Eventually(t, 30*time.Second, func() error {
 		var rep statusReport
@@ -71,6 +75,7 @@ func TestFullDiskHeals(t *testing.T) {
 		}
 		return fmt.Errorf("status shows no critical disk on n1: %+v", rep.Nodes)
 	})
+	stage("status says critical")
 	if out := mustCLI(t, url, "", "status"); !strings.Contains(out, "CRITICAL") || !strings.Contains(out, state) {
 		t.Errorf("engine status on a full disk does not say critical:\n%s", out)
 	}
@@ -81,6 +86,7 @@ func TestFullDiskHeals(t *testing.T) {
 		t.Errorf("no ERROR line of component=nats-server in the log:\n%s", logs.String())
 	}
 
+	stage("create refused")
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +108,14 @@ func TestFullDiskHeals(t *testing.T) {
 		}
 		return nil
 	})
+	stage("create succeeds")
 	for range 3 {
 		if code, errs := exec(); code != 0 {
 			t.Fatalf("exec after healing: exit %d, %s", code, errs)
 		}
 	}
 
+	stage("execs succeed")
 	// Every acknowledged exec is in the events, and the chains verify.
 	out := mustCLI(t, url, "", "events", "tail", "--session", id, "--op", "exec", "--no-follow", "--json")
 	for _, mark := range acked {
