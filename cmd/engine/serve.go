@@ -243,10 +243,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 					return nil
 				},
 			})
-			// The free space of the state dir, and of the in-process node's
-			// sandboxes' disk, is watched (statfs): logged below the
-			// thresholds, and the node refuses creates while critical.
-			diskDirs := []string{cfg.stateDir}
+			// The free space of the embedded server's state dir, and of the
+			// in-process node's sandboxes' disk, is watched (statfs): logged
+			// below the thresholds, and the node refuses creates while one
+			// is critical.
+			var diskDirs []string
+			if cfg.natsURL == "" {
+				diskDirs = append(diskDirs, cfg.stateDir) // the embedded server's store
+			}
 			var rts []runtime.Runtime
 			if !cfg.noLocalNode {
 				var closeRuntimes func() error
@@ -257,13 +261,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				lc.Append(fx.StopHook(closeRuntimes))
 				dirs, dockerRoot := diskflags.DataDirs(ctx, rts, cfg.sandboxDir, logger)
 				diskDirs = append(diskDirs, dirs...)
-				warnSharedFilesystem(cfg.stateDir, dockerRoot, logger)
+				if cfg.natsURL == "" {
+					warnSharedFilesystem(cfg.stateDir, dockerRoot, logger)
+				}
 			}
-			disks, err := cfg.disk.Watcher(diskDirs, logger)
-			if err != nil {
-				return err
+			var disks nodes.Disks
+			if len(diskDirs) > 0 {
+				w, err := cfg.disk.Watcher(diskDirs, logger)
+				if err != nil {
+					return err
+				}
+				lc.Append(fx.Hook{OnStart: w.Start, OnStop: w.Close})
+				disks = w
 			}
-			lc.Append(fx.Hook{OnStart: disks.Start, OnStop: disks.Close})
 			if cfg.noLocalNode {
 				return nil
 			}
