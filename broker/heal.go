@@ -40,12 +40,18 @@ func (b *Broker) needsHeal() bool {
 	return b.outOfSpace.Load() || !b.ns.JetStreamEnabled()
 }
 
+// healGap is the least time between two restarts of JetStream, so that a
+// store that fails for another reason too (a permission error, which also
+// turns JetStream off) is not restarted in a tight loop.
+const healGap = 10 * time.Second
+
 // heal looks every HealInterval until ctx ends, and restarts JetStream
 // when it needs it and space is back.
 func (b *Broker) heal(ctx context.Context) {
 	t := time.NewTicker(b.cfg.HealInterval)
 	defer t.Stop()
-	var waiting bool // "waiting for space" was logged
+	var waiting bool   // "waiting for space" was logged
+	var last time.Time // the last restart
 	for {
 		select {
 		case <-ctx.Done():
@@ -65,6 +71,10 @@ func (b *Broker) heal(ctx context.Context) {
 			continue
 		}
 		waiting = false
+		if time.Since(last) < healGap {
+			continue
+		}
+		last = time.Now()
 		b.restartJetStream(d.Free)
 	}
 }
