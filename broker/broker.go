@@ -1,11 +1,14 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -40,6 +43,17 @@ type Config struct {
 	// (max_file_store). 0 leaves nats-server's default: 75% of the disk
 	// space free at start, plus what the store already holds.
 	MaxStore int64
+	// Logger receives the server's log (component=nats-server) and the
+	// broker's own; nil logs nothing. Debug and Trace turn on the
+	// server's debug and protocol trace lines (at DEBUG).
+	Logger       *slog.Logger
+	Debug, Trace bool
+	// HealInterval is how often the broker checks whether JetStream needs
+	// a restart after its store ran out of space (default 2s), and
+	// HealFree the free bytes its filesystem needs before it does
+	// (default 16 MiB). See heal.go.
+	HealInterval time.Duration
+	HealFree     int64
 }
 
 // Cluster is a server's place in a NATS cluster: its route listener and
@@ -67,6 +81,9 @@ func (c Config) Validate() error {
 	if c.MaxStore < 0 {
 		return errors.New("broker: negative max store")
 	}
+	if c.HealInterval < 0 || c.HealFree < 0 {
+		return errors.New("broker: negative heal interval or heal free space")
+	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("broker: TLS needs both a certificate and a key")
 	}
@@ -75,12 +92,27 @@ func (c Config) Validate() error {
 
 // Broker is a running embedded nats-server.
 type Broker struct {
-	ns  *server.Server
-	cfg Config
+	ns     *server.Server
+	cfg    Config
+	logger *slog.Logger
+	// jsConfig is JetStream's config as Start gave it, for a restart.
+	jsConfig server.JetStreamConfig
+
+	// mu serialises Reload, a JetStream restart and Shutdown.
+	mu sync.Mutex
 	// cur is the options the server runs with (it keeps the pointer it was
-	// given); only Start and Reload, which the caller serialises, touch it.
-	cur  *server.Options
-	once sync.Once
+	// given); mu guards it.
+	cur *server.Options
+	// closing is set by Shutdown; mu guards it.
+	closing bool
+
+	// outOfSpace is set by the server's logger on an out-of-space error
+	// and cleared by a JetStream restart.
+	outOfSpace atomic.Bool
+	heals      atomic.Int64
+	stopHeal   context.CancelFunc
+	healDone   sync.WaitGroup
+	once       sync.Once
 }
 
 // Start starts the server and waits until it accepts connections. It fails
@@ -101,6 +133,16 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 10 * time.Second
 	}
+	if cfg.HealInterval == 0 {
+		cfg.HealInterval = 2 * time.Second
+	}
+	if cfg.HealFree == 0 {
+		cfg.HealFree = 16 << 20
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	opts, err := cfg.options()
 	if err != nil {
 		return nil, err
@@ -109,13 +151,40 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
+	b := &Broker{ns: ns, cfg: cfg, cur: opts, logger: logger}
+	if cfg.Logger != nil {
+		ns.SetLoggerV2(&serverLog{l: logger.With("server", cfg.ServerName), outOfSpace: b.noteOutOfSpace}, cfg.Debug, cfg.Trace, false)
+	} else {
+		ns.SetLoggerV2(&serverLog{l: logger, outOfSpace: b.noteOutOfSpace}, false, false, false)
+	}
 	go ns.Start() // owned by the Broker: Shutdown stops it and waits.
 	if !ns.ReadyForConnections(cfg.StartTimeout) {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("broker: not ready within %s (is %s already in use?)", cfg.StartTimeout, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)))
 	}
-	return &Broker{ns: ns, cfg: cfg, cur: opts}, nil
+	if jc := ns.JetStreamConfig(); jc != nil {
+		b.jsConfig = *jc
+		// EnableJetStream adds the "jetstream" directory itself.
+		b.jsConfig.StoreDir = cfg.StoreDir
+	}
+	// The healer lives until Shutdown, which cancels it and waits.
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stopHeal = cancel
+	b.healDone.Add(1)
+	go func() {
+		defer b.healDone.Done()
+		b.heal(ctx)
+	}()
+	return b, nil
+}
+
+// noteOutOfSpace is the server logger's report of an out-of-space write
+// error: JetStream restarts once space is back (heal.go).
+func (b *Broker) noteOutOfSpace(err error) {
+	if !b.outOfSpace.Swap(true) {
+		b.logger.Error("broker: JetStream's store is out of space: writes fail until space is freed, then JetStream restarts by itself", "store_dir", b.cfg.StoreDir, "err", err)
+	}
 }
 
 // options builds the server's options from cfg (defaults applied): the
@@ -134,7 +203,9 @@ func (cfg Config) options() (*server.Options, error) {
 	if cfg.MaxStore > 0 {
 		opts.JetStreamMaxStore = cfg.MaxStore
 	}
-	opts.NoSigs, opts.NoLog = true, true
+	// The broker's logger, not nats-server's own, writes the log
+	// (SetLoggerV2 in Start).
+	opts.NoSigs = true
 	if cfg.SyncInterval > 0 {
 		opts.SyncInterval = cfg.SyncInterval
 	} else {
@@ -157,9 +228,10 @@ func (cfg Config) options() (*server.Options, error) {
 }
 
 // Reload re-reads the accounts file and applies it to the running server:
-// new identities can connect, removed ones are disconnected. Calls must
-// not overlap.
+// new identities can connect, removed ones are disconnected.
 func (b *Broker) Reload() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	// A reload that creates an account does not start the subscriptions of
 	// its service imports (nats-server configures those only for accounts
 	// that existed before the reload); a second reload, where the account
@@ -228,6 +300,11 @@ func (b *Broker) Server() *server.Server { return b.ns }
 // Shutdown stops the server and waits for it. It is safe to call twice.
 func (b *Broker) Shutdown() {
 	b.once.Do(func() {
+		b.mu.Lock()
+		b.closing = true
+		b.mu.Unlock()
+		b.stopHeal()
+		b.healDone.Wait()
 		b.ns.Shutdown()
 		b.ns.WaitForShutdown()
 	})

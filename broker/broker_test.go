@@ -37,6 +37,8 @@ func TestConfigErrors(t *testing.T) {
 		{"port below -1", broker.Config{StoreDir: dir, Port: -2}, "port -2"},
 		{"port above 65535", broker.Config{StoreDir: dir, Port: 65536}, "port 65536"},
 		{"negative sync interval", broker.Config{StoreDir: dir, Port: -1, SyncInterval: -time.Second}, "sync interval"},
+		{"negative heal interval", broker.Config{StoreDir: dir, Port: -1, HealInterval: -time.Second}, "heal interval"},
+		{"negative heal free space", broker.Config{StoreDir: dir, Port: -1, HealFree: -1}, "heal free"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -271,6 +271,31 @@ type NodeInfo struct {
 	// Pools counts the node's ready warm-pool sandboxes by image;
 	// placement prefers a node with one free for the create's image.
 	Pools map[string]int `json:"pools,omitempty"`
+	// Disks are the free space of the filesystems the node writes to (its
+	// Docker data root or sandbox dir; in engine serve also the state
+	// dir). A node with one at level critical takes no new sessions.
+	Disks []DiskStatus `json:"disks,omitempty"`
+}
+
+// DiskStatus is the free space of one filesystem a node writes to.
+type DiskStatus struct {
+	Path  string `json:"path"`
+	Free  uint64 `json:"free"`
+	Total uint64 `json:"total"`
+	// Level is ok, warn or critical (storage.Level).
+	Level string `json:"level"`
+}
+
+// DiskCritical reports whether one of the node's filesystems is at level
+// critical: the node refuses new sessions, so the scheduler places none
+// on it.
+func (n NodeInfo) DiskCritical() bool {
+	for _, d := range n.Disks {
+		if d.Level == "critical" {
+			return true
+		}
+	}
+	return false
 }
 
 // ProcStart is the start data of proc_start: the process as exec records

@@ -422,7 +422,7 @@ func (a *Agent) info() Info {
 	return Info{
 		Node: a.cfg.ID, Runtimes: a.order, Capacity: a.cfg.Capacity, Sessions: len(a.sessions),
 		Tenants: tenants, Labels: a.cfg.Labels, Status: status, TS: time.Now().UTC(), SigningKey: a.log.SigningKey(),
-		Cordoned: a.cordoned, Pools: pools,
+		Cordoned: a.cordoned, Pools: pools, Disks: a.disks(),
 	}
 }
 

@@ -109,6 +109,10 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Egress configures the proxies of sessions with egress mode allow.
 	Egress EgressConfig
+	// Disks watches the free space of the filesystems the node writes to
+	// (nil: none): the node refuses new sessions while one is critical,
+	// and its heartbeats carry them (see disk.go).
+	Disks Disks
 }
 
 // EgressConfig configures the egress proxies (docs/security.md, "Egress").

@@ -184,6 +184,8 @@ func (a *Agent) hold(s *session) (*session, error) {
 		return a.sessions[key], errcode.New(errcode.AlreadyExists, "session %s already exists", s.id)
 	case len(a.sessions) >= a.cfg.Capacity:
 		return nil, errcode.New(errcode.NoCapacity, "node %s holds %d sessions, its capacity", a.cfg.ID, a.cfg.Capacity)
+	case a.diskFull() != nil:
+		return nil, a.diskFull()
 	case a.tenantSessions(s.tenant) >= a.cfg.TenantSessions:
 		return nil, errcode.New(errcode.QuotaExceeded, "tenant %s holds %d sessions on node %s, its limit", s.tenant, a.cfg.TenantSessions, a.cfg.ID)
 	}

@@ -201,7 +201,11 @@ func (p *Projector) subscribe(ctx context.Context) error {
 	if _, err := p.js.ResetConsumerToSequence(ctx, p.cfg.Stream, p.cfg.Name, p.position.Load()+1); err != nil {
 		return fmt.Errorf("projector: reset consumer %s: %w", p.cfg.Name, err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * p.cfg.Batch))
+	// A pull request lives 10s (heartbeats every 5s): when the server
+	// loses it (JetStream restarted, as after a full disk: broker/heal.go)
+	// the iterator notices the missing heartbeats and pulls again within
+	// seconds, not the default's 30.
+	it, err := cons.Messages(jetstream.PullMaxMessages(2*p.cfg.Batch), jetstream.PullExpiry(10*time.Second))
 	if err != nil {
 		return fmt.Errorf("projector: consumer %s: %w", p.cfg.Name, err)
 	}

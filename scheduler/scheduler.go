@@ -354,9 +354,10 @@ func (w want) String() string {
 }
 
 // fits reports whether node n can take the placement: it is not
-// cordoned, has room, offers the runtime and carries every label.
+// cordoned, has room (on a disk that is not critically full), offers the
+// runtime and carries every label.
 func (w want) fits(n nodes.Info) bool {
-	if n.Cordoned || n.Sessions >= n.Capacity {
+	if n.Cordoned || n.Sessions >= n.Capacity || n.DiskCritical() {
 		return false
 	}
 	if w.runtime != "" && !contains(n.Runtimes, w.runtime) {

@@ -142,6 +142,12 @@ func up(id string, capacity, sessions int, runtimes ...string) nodes.Info {
 
 func draining(info nodes.Info) nodes.Info { info.Status = "draining"; return info }
 
+// diskAt gives a node's heartbeat a disk at level.
+func diskAt(info nodes.Info, level string) nodes.Info {
+	info.Disks = []events.DiskStatus{{Path: "/var/lib/docker", Free: 1 << 20, Total: 1 << 30, Level: level}}
+	return info
+}
+
 // pooled gives a node's heartbeat free warm-pool sandboxes of image.
 func pooled(info nodes.Info, image string, free int) nodes.Info {
 	info.Pools = map[string]int{image: free}
@@ -164,6 +170,9 @@ func TestPlacement(t *testing.T) {
 		{"any runtime takes the least loaded", "", []nodes.Info{up("a", 10, 0, "local"), up("b", 10, 8, "local", "docker")}, "a"},
 		{"full node skipped", "", []nodes.Info{up("a", 2, 2), up("b", 10, 9)}, "b"},
 		{"draining node skipped", "", []nodes.Info{draining(up("a", 10, 0)), up("b", 10, 5)}, "b"},
+		{"node with a critical disk skipped", "", []nodes.Info{diskAt(up("a", 10, 0), "critical"), up("b", 10, 5)}, "b"},
+		{"a disk low but not critical is no reason", "", []nodes.Info{diskAt(up("a", 10, 0), "warn"), up("b", 10, 5)}, "a"},
+		{"node back after its disk was freed", "", []nodes.Info{diskAt(up("a", 10, 0), "critical"), up("b", 10, 5), diskAt(up("a", 10, 0), "ok")}, "a"},
 		{"node back up after draining", "", []nodes.Info{draining(up("a", 10, 0)), up("b", 10, 5), up("a", 10, 0)}, "a"},
 		{"latest heartbeat counts", "", []nodes.Info{up("a", 10, 0), up("b", 10, 1), up("a", 10, 9)}, "b"},
 		{"a free pooled sandbox first", "docker", []nodes.Info{up("a", 10, 0, "docker"), pooled(up("b", 10, 8, "docker"), commands.DefaultImage, 1)}, "b"},
@@ -215,6 +224,7 @@ func TestNoCapacity(t *testing.T) {
 		{"no node", "", nil},
 		{"only full nodes", "", []nodes.Info{up("a", 1, 1), up("b", 3, 4)}},
 		{"only draining nodes", "", []nodes.Info{draining(up("a", 10, 0))}},
+		{"only nodes with a critical disk", "", []nodes.Info{diskAt(up("a", 10, 0), "critical")}},
 		{"no node with the runtime", "docker", []nodes.Info{up("a", 10, 0, "local")}},
 	}
 	const wait = 300 * time.Millisecond

@@ -14,6 +14,11 @@
 // the reservations fit; this package's Defaults give Paddock's streams
 // such a split, and the engine applies it (cmd/engine).
 //
+// Beside JetStream's accounting, the filesystems themselves are watched
+// with statfs (disk.go, diskwatch.go): a DiskWatcher gives each watched
+// path a level (ok, warn, critical) against Thresholds, logs changes, and
+// a node refuses new sessions while one of its filesystems is critical.
+//
 // This package knows no stream of Paddock by name: events, objectstore
 // and projector use its helpers when they create their streams, and the
 // engine lists the streams to watch.

@@ -37,6 +37,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
+	"github.com/paddock-dev/paddock/cmd/internal/diskflags"
 	"github.com/paddock-dev/paddock/cmd/internal/metricsflags"
 	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
@@ -99,6 +100,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.clusterPorts, "egress-cluster-ports", "", "more ports of the NATS cluster (route, leafnode, monitoring; comma separated) that no egress allow list reaches at a private address; its client ports, and NATS's defaults, are refused already")
 	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
 	metricsFlags := metricsflags.Register(fs)
+	diskFlags := diskflags.Register(fs)
 	dockerFlags := runtimes.RegisterDockerFlags(fs)
 	policy := policyflags.Register(fs)
 	traces := tracingflags.Register(fs)
@@ -138,6 +140,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	clusterPorts, err := egress.ParsePorts(cfg.clusterPorts)
 	if err != nil {
 		return fmt.Errorf("--egress-cluster-ports: %w", err)
+	}
+	if _, err := diskFlags.Thresholds(); err != nil {
+		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
@@ -185,12 +190,24 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
+			// The filesystems the sandboxes fill: the node refuses creates
+			// while one is critically full.
+			dirs, _ := diskflags.DataDirs(ctx, rts, cfg.dir, logger)
+			var disks nodes.Disks
+			if len(dirs) > 0 {
+				w, err := diskFlags.Watcher(dirs, logger)
+				if err != nil {
+					return err
+				}
+				lc.Append(fx.Hook{OnStart: w.Start, OnStop: w.Close})
+				disks = w
+			}
 			agent, err := nodes.New(nc, events.NewLog(js, "", ""), nodes.Config{
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
 				CompressSnapshots: cfg.zstdSnaps, Signer: signer, ExposeHost: cfg.exposeHost, Metrics: met, TracerProvider: tp,
-				Egress: nodes.EgressConfig{ClusterPorts: clusterPorts},
+				Egress: nodes.EgressConfig{ClusterPorts: clusterPorts}, Disks: disks,
 			}, logger, rts...)
 			if err != nil {
 				return err

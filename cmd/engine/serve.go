@@ -22,6 +22,7 @@ import (
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/client"
+	"github.com/paddock-dev/paddock/cmd/internal/diskflags"
 	"github.com/paddock-dev/paddock/cmd/internal/metricsflags"
 	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
@@ -30,6 +31,7 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/metrics"
 	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/retention"
 	"github.com/paddock-dev/paddock/scheduler"
@@ -63,6 +65,12 @@ type serveConfig struct {
 	replicas   int
 	maxAge     time.Duration
 	storage    storageFlags
+	disk       *diskflags.Flags
+	// diskLevels are the free-space thresholds the disk flags give.
+	diskLevels storage.Thresholds
+	// natsDebug and natsTrace turn on the embedded server's debug and
+	// protocol trace lines (at DEBUG in the engine's log).
+	natsDebug, natsTrace bool
 	// gcEvery is how often the engine sweeps the workspace bucket with
 	// the retention policy (0: never).
 	gcEvery   time.Duration
@@ -103,6 +111,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&cfg.replicas, "replicas", 1, "replicas of the events stream and buckets (use 3 on a cluster)")
 	fs.DurationVar(&cfg.maxAge, "events-max-age", 0, "drop events older than this (0: keep forever)")
 	cfg.storage.register(fs)
+	cfg.disk = diskflags.Register(fs)
+	fs.BoolVar(&cfg.natsDebug, "nats-debug", false, "log the embedded NATS server's debug lines")
+	fs.BoolVar(&cfg.natsTrace, "nats-trace", false, "log the embedded NATS server's protocol trace (verbose)")
 	fs.BoolVar(&cfg.noAuth, "no-auth", false, "embedded server without authentication (refused unless --listen is loopback)")
 	fs.StringVar(&cfg.creds, "creds", os.Getenv("PADDOCK_CREDS"), "with --nats-url: the engine's credentials file (env PADDOCK_CREDS)")
 	fs.StringVar(&cfg.nodeCreds, "node-creds", "", "with --nats-url: the in-process node's credentials file")
@@ -162,6 +173,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := cfg.checkDirs(); err != nil {
 		return err
 	}
+	if cfg.diskLevels, err = cfg.disk.Thresholds(); err != nil {
+		return err
+	}
 	if cfg.capture < 0 || cfg.tenantConcurrent < 0 || cfg.tenantSessions < 0 || cfg.tenantSessionsTotal < 0 || cfg.replicas < 0 {
 		return usageErr("--capture-output, --tenant-concurrency, --tenant-sessions, --tenant-sessions-total and --replicas take no negative numbers")
 	}
@@ -170,7 +184,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	brokerCfg.MaxStore = maxStore
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	level := slog.LevelInfo
+	if cfg.natsDebug || cfg.natsTrace {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	brokerCfg.Logger, brokerCfg.Debug, brokerCfg.Trace = logger, cfg.natsDebug, cfg.natsTrace
 
 	// clientURL is where clients reach the NATS server the engine uses;
 	// connect fills it in once the embedded server listens.
@@ -234,14 +253,40 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 					return nil
 				},
 			})
+			// The free space of the embedded server's state dir, and of the
+			// in-process node's sandboxes' disk, is watched (statfs): logged
+			// below the thresholds, and the node refuses creates while one
+			// is critical.
+			var diskDirs []string
+			if cfg.natsURL == "" {
+				diskDirs = append(diskDirs, cfg.stateDir) // the embedded server's store
+			}
+			var rts []runtime.Runtime
+			if !cfg.noLocalNode {
+				var closeRuntimes func() error
+				rts, closeRuntimes, err = runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback(), Docker: *cfg.docker}, logger)
+				if err != nil {
+					return err
+				}
+				lc.Append(fx.StopHook(closeRuntimes))
+				dirs, dockerRoot := diskflags.DataDirs(ctx, rts, cfg.sandboxDir, logger)
+				diskDirs = append(diskDirs, dirs...)
+				if cfg.natsURL == "" {
+					warnSharedFilesystem(cfg.stateDir, dockerRoot, logger)
+				}
+			}
+			var disks nodes.Disks
+			if len(diskDirs) > 0 {
+				w, err := cfg.disk.Watcher(diskDirs, logger)
+				if err != nil {
+					return err
+				}
+				lc.Append(fx.Hook{OnStart: w.Start, OnStop: w.Close})
+				disks = w
+			}
 			if cfg.noLocalNode {
 				return nil
 			}
-			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback(), Docker: *cfg.docker}, logger)
-			if err != nil {
-				return err
-			}
-			lc.Append(fx.StopHook(closeRuntimes))
 			njs, err := jetstream.New(c.node)
 			if err != nil {
 				return err
@@ -249,7 +294,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			agent, err := nodes.New(c.node, events.NewLog(njs, "", ""), nodes.Config{
 				ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, CompressSnapshots: cfg.zstdSnaps,
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
-				Signer: c.nodeSigner, Metrics: cfg.metrics, TracerProvider: tp,
+				Signer: c.nodeSigner, Metrics: cfg.metrics, TracerProvider: tp, Disks: disks,
 				Egress: nodes.EgressConfig{ClusterPorts: append(c.serverPorts, cfg.clusterPorts...)},
 			}, logger, rts...)
 			if err != nil {
@@ -424,6 +469,7 @@ func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Lo
 		}
 		bc.AccountsFile = store.ConfigPath()
 	}
+	bc.HealFree = healFree(cfg.stateDir, cfg.diskLevels)
 	b, err := broker.Start(bc)
 	if err != nil {
 		return conns{}, err

@@ -221,6 +221,7 @@ func printStatus(w io.Writer, rep statusReport) error {
 	if len(rep.Nodes) == 0 {
 		fmt.Fprintln(tw, "(no node answered)")
 	}
+	printDisks(tw, rep.Nodes)
 	fmt.Fprintln(tw)
 	if rep.Sessions != nil {
 		var parts []string
