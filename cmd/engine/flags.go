@@ -48,6 +48,16 @@ func (g *globals) consumer() string {
 	return ""
 }
 
+// actor is who the CLI says it is in an operator's command (a node admin
+// op): its identity's public key, as the events name a vouched sender,
+// or "cli" without credentials.
+func (g *globals) actor() string {
+	if g.who != nil {
+		return g.who.PublicKey
+	}
+	return "cli"
+}
+
 // defaultGlobals returns the global flags' values from the environment.
 func defaultGlobals() globals {
 	return globals{
