@@ -5,8 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddock-dev/paddock/auditfeed"
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/events"
 	"io"
 	"os"
 	"sort"
@@ -56,6 +60,16 @@ func (g *globals) actor() string {
 		return g.who.PublicKey
 	}
 	return "cli"
+}
+
+// provisioner is how the identity gets its events consumer: an auditor
+// asks the engine (package auditfeed), which makes it; anyone else makes
+// its own (nil).
+func (g *globals) provisioner(js jetstream.JetStream) events.Provisioner {
+	if g.consumer() == "" {
+		return nil
+	}
+	return auditfeed.Provisioner(js.Conn(), "", g.who.Name, g.who.Tenant)
 }
 
 // defaultGlobals returns the global flags' values from the environment.
