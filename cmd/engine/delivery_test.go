@@ -18,6 +18,27 @@ import (
 	"github.com/paddock-dev/paddock/testenv"
 )
 
+// serveWithIdentities starts `engine serve` (auth on, node n1, local
+// runtime) on an auth store made beforehand with the hostile-tenant
+// identities, an auditor of tenant evil and a second node identity n2, so
+// that no reload runs while the test connects.
+func serveWithIdentities(t *testing.T) (string, *auth.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	st := auth.Open(auth.DirIn(dir))
+	for _, id := range [][3]string{
+		{"engine", "engine", ""}, {"admin", "admin", ""}, {"client-default", "client", "default"},
+		{"aud-evil", "auditor", "evil"}, {"n2", "node", ""},
+	} {
+		if _, err := st.Add(id[0], auth.Role(id[1]), id[2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addIdentities(t, st)
+	url, _ := serveFor(t, "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local")
+	return url, st
+}
+
 // pushConsumer asks JetStream, on conn, for a push consumer of SBX_EVENTS
 // that delivers filter onto deliver; it returns the server's answer, or
 // the error of a request the server refused (no answer).
@@ -88,19 +109,7 @@ func wantOneCordon(t *testing.T, url string, cordonAs []string, js jetstream.Jet
 // tenants' creates never get no_capacity, and the one cordon the node
 // records is the operator's, naming its key.
 func TestNoActingOnDeliveries(t *testing.T) {
-	url, st := secureServe(t)
-	for _, id := range [][3]string{{"aud-evil", "auditor", "evil"}, {"n2", "node", ""}} {
-		if _, err := st.Add(id[0], auth.Role(id[1]), id[2]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.Eventually(t, 10*time.Second, func() error {
-		c, err := testenv.DialAs(url, st.CredsPath("n2"))
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
+	url, st := serveWithIdentities(t)
 	admin := testenv.ConnectAs(t, url, st.CredsPath("admin"))
 	adminCreds, _ := auth.LoadCreds(st.CredsPath("admin"))
 	ajs := testenv.JetStream(t, admin.Conn)
@@ -190,17 +199,7 @@ func TestNoActingOnDeliveries(t *testing.T) {
 // versioned one, or carries a stamp (a tenant's import). Node n1 is not
 // cordoned by any of it.
 func TestOperatorSubjectsRefuse(t *testing.T) {
-	url, st := secureServe(t)
-	if _, err := st.Add("n2", auth.RoleNode, ""); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 10*time.Second, func() error {
-		c, err := testenv.DialAs(url, st.CredsPath("n2"))
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
+	url, st := serveWithIdentities(t)
 	stateful := []string{
 		"sbx.node.n1.cordon", "sbx.node.n1.uncordon", "sbx.node.n1.release", "sbx.node.n1.create", "sbx.node.n1.resume",
 		"sbx.nodehb.n1", "sbx.cmd.acme.create", "sbx.cmd.acme.resume", "sbx.cmd.acme.delete", "sbx.cmd.acme.upload",
