@@ -42,8 +42,11 @@ type Service struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu  sync.Mutex // guards sub
-	sub *nats.Subscription
+	wg sync.WaitGroup // the requests in hand
+
+	mu     sync.Mutex // guards the fields below
+	sub    *nats.Subscription
+	closed bool
 }
 
 // New returns a service that makes consumers through js (the engine's).
@@ -78,17 +81,19 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops taking requests and waits for the one in hand (a drain).
+// Close stops taking requests, cancels the one in hand and waits for it.
 // It is safe to call twice.
 func (s *Service) Close() {
 	s.mu.Lock()
 	sub := s.sub
 	s.sub = nil
+	s.closed = true
 	s.mu.Unlock()
-	s.cancel()
 	if sub != nil {
 		_ = sub.Unsubscribe()
 	}
+	s.cancel()
+	s.wg.Wait()
 }
 
 // handle answers one request. What is no request, was delivered by
@@ -96,6 +101,14 @@ func (s *Service) Close() {
 // engine may publish anywhere, so its answer must not land on a command
 // subject an auditor chose.
 func (s *Service) handle(m *nats.Msg) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
 	if err := auth.RequireReply(m); err != nil {
 		s.logger.Warn("not a request: dropped", "subject", m.Subject, "err", err)
 		return
