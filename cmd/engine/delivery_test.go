@@ -168,6 +168,12 @@ func TestNoActingOnDeliveries(t *testing.T) {
 	if m, err := pushConsumer(n2.Conn, "n2push", "sbx.evt.evil.forged.>", "sbx.node.n1.cordon"); err != nil || strings.Contains(string(m.Data), `"error"`) {
 		t.Fatalf("node n2's push consumer: %v %s (the attack needs it made)", err, m.Data)
 	}
+	// The same body is a valid create: pushed onto the scheduler's create
+	// subject of tenant acme, it must make no session there.
+	toScheduler := watchSubject(t, admin.Conn, "sbx.cmd.acme.create")
+	if m, err := pushConsumer(n2.Conn, "n2sched", "sbx.evt.evil.forged.>", "sbx.cmd.acme.create"); err != nil || strings.Contains(string(m.Data), `"error"`) {
+		t.Fatalf("node n2's push consumer onto the scheduler: %v %s", err, m.Data)
+	}
 	for _, aim := range []struct{ subj, body string }{
 		{"$JS.API.DIRECT.GET.SBX_EVENTS", `{"last_by_subj":"sbx.evt.evil.forged.exec.start"}`},
 		{"$JS.API.STREAM.INFO.SBX_EVENTS", ``},
@@ -186,8 +192,28 @@ func TestNoActingOnDeliveries(t *testing.T) {
 		}
 		return nil
 	})
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if toScheduler.Load() == 0 {
+			return fmt.Errorf("nothing delivered onto the scheduler's subject yet")
+		}
+		return nil
+	})
 	if code, _, errs := as(t, st, "alice", url, "sandbox", "create"); code != 0 {
 		t.Fatalf("alice's create after the deliveries: exit %d: %s", code, errs)
+	}
+	// Tenant acme has alice's two sessions, and no session the delivery made.
+	var creates int
+	log := events.NewLog(ajs, "", "")
+	if err := log.Read(ctx, events.ReadOptions{Filters: []string{log.Subjects().Filter("acme", "", "create")}}, func(m events.Msg) error {
+		if strings.HasSuffix(m.Subject, ".start") {
+			creates++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if creates != 2 {
+		t.Fatalf("tenant acme has %d creates, want alice's 2", creates)
 	}
 	wantOneCordon(t, url, []string{"--creds", st.CredsPath("admin")}, ajs, "n1", adminCreds.PublicKey)
 }
