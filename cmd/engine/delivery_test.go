@@ -168,10 +168,14 @@ func TestNoActingOnDeliveries(t *testing.T) {
 	if m, err := pushConsumer(n2.Conn, "n2push", "sbx.evt.evil.forged.>", "sbx.node.n1.cordon"); err != nil || strings.Contains(string(m.Data), `"error"`) {
 		t.Fatalf("node n2's push consumer: %v %s (the attack needs it made)", err, m.Data)
 	}
-	// The same body is a valid create: pushed onto the scheduler's create
-	// subject of tenant acme, it must make no session there.
+	// The same body, unstamped, is a valid create: pushed onto the
+	// scheduler's create subject of tenant acme, it must make no session
+	// there.
+	if _, err := n2js.Publish(ctx, "sbx.evt.evil.plain.exec.start", forged.Data); err != nil {
+		t.Fatal(err)
+	}
 	toScheduler := watchSubject(t, admin.Conn, "sbx.cmd.acme.create")
-	if m, err := pushConsumer(n2.Conn, "n2sched", "sbx.evt.evil.forged.>", "sbx.cmd.acme.create"); err != nil || strings.Contains(string(m.Data), `"error"`) {
+	if m, err := pushConsumer(n2.Conn, "n2sched", "sbx.evt.evil.plain.>", "sbx.cmd.acme.create"); err != nil || strings.Contains(string(m.Data), `"error"`) {
 		t.Fatalf("node n2's push consumer onto the scheduler: %v %s", err, m.Data)
 	}
 	for _, aim := range []struct{ subj, body string }{
