@@ -90,10 +90,10 @@ func PermissionsOf(id Identity) *Permissions {
 // last message per subject, an ordered consumer), and the snapshots'
 // object store (its info, object info, reads through an ordered consumer,
 // deletes as a purge of one object's subjects). Nothing on the
-// projections' buckets, no stream or account management, no durable
-// consumer. A consumer create's body can still name a deliver subject,
-// which no permission sees: receivers refuse what JetStream delivers
-// (auth.Delivered).
+// projections' buckets, no stream or account management, no legacy
+// durable create. A consumer create's body can still name a deliver
+// subject (or ask for a durable), which no permission sees: receivers
+// refuse what JetStream delivers (auth.Delivered).
 func nodeJetStream() []string {
 	api := "$JS.API."
 	var out []string
