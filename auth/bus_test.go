@@ -180,8 +180,9 @@ func TestNodeConfinedToItsSubjects(t *testing.T) {
 	}
 }
 
-// TestAuditorConfinedToItsTenant: an auditor reads its tenant's events
-// through its own consumer, and nothing else.
+// TestAuditorConfinedToItsTenant: an auditor creates no consumer at all
+// (a create's body could name a deliver subject), and reads its tenant's
+// events through the pull consumer the engine made for it, nothing else.
 func TestAuditorConfinedToItsTenant(t *testing.T) {
 	b := startBus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -196,25 +197,28 @@ func TestAuditorConfinedToItsTenant(t *testing.T) {
 		}
 	}
 	aud := b.conn(t, "aud-acme")
-	js, _ := jetstream.New(aud.Conn)
 	name := b.ids["aud-acme"].Consumer()
-	mk := func(name, filter string) error {
-		// A refused request gets no answer: bound each attempt on its own.
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		_, err := js.CreateOrUpdateConsumer(ctx, "SBX_EVENTS", jetstream.ConsumerConfig{Name: name, FilterSubject: filter, AckPolicy: jetstream.AckNonePolicy})
-		return err
-	}
-	for _, c := range []struct{ name, filter string }{
-		{name, "sbx.evt.evil.>"}, {name, "sbx.evt.*.>"}, {name, "sbx.evt.>"}, {"projector", "sbx.evt.acme.>"},
+	// Every consumer create, its own included, on every API subject that
+	// makes one: no answer, a violation.
+	for _, subj := range []string{
+		"$JS.API.CONSUMER.CREATE.SBX_EVENTS." + name + ".sbx.evt.acme.>",
+		"$JS.API.CONSUMER.CREATE.SBX_EVENTS." + name + ".sbx.nodeevt.>",
+		"$JS.API.CONSUMER.CREATE.SBX_EVENTS." + name,
+		"$JS.API.CONSUMER.CREATE.SBX_EVENTS",
+		"$JS.API.CONSUMER.DURABLE.CREATE.SBX_EVENTS." + name,
+		"$JS.API.CONSUMER.CREATE.SBX_EVENTS.projector.sbx.evt.acme.>",
 	} {
-		if err := mk(c.name, c.filter); err == nil {
-			t.Fatalf("auditor of acme made consumer %s on %s", c.name, c.filter)
+		body := `{"stream_name":"SBX_EVENTS","config":{"name":"` + name + `","deliver_subject":"sbx.node.n1.cordon","filter_subject":"sbx.evt.acme.>"}}`
+		if _, err := aud.Request(subj, []byte(body), 500*time.Millisecond); err == nil {
+			t.Fatalf("auditor's consumer create on %s was answered", subj)
 		}
+		aud.WantViolation(t, subj)
 	}
-	if err := mk(name, "sbx.evt.acme.>"); err != nil {
-		t.Fatalf("auditor's own consumer on its tenant: %v", err)
+	// The engine makes it (package auditfeed does, on request).
+	if _, err := ejs.CreateOrUpdateConsumer(ctx, "SBX_EVENTS", jetstream.ConsumerConfig{Name: name, FilterSubject: "sbx.evt.acme.>", AckPolicy: jetstream.AckNonePolicy}); err != nil {
+		t.Fatal(err)
 	}
+	js, _ := jetstream.New(aud.Conn)
 	cons, err := js.Consumer(ctx, "SBX_EVENTS", name)
 	if err != nil {
 		t.Fatal(err)
@@ -223,13 +227,61 @@ func TestAuditorConfinedToItsTenant(t *testing.T) {
 	if err != nil || msg.Subject() != "sbx.evt.acme.s1.exec.start" {
 		t.Fatalf("auditor read %v, %v; want its tenant's event", msg, err)
 	}
-	if _, err := ejs.Publish(ctx, "sbx.evt.acme.s1.exec.finish", nil); err != nil {
+	// Another's consumer, and any publish but its own requests: refused.
+	if _, err := ejs.CreateOrUpdateConsumer(ctx, "SBX_EVENTS", jetstream.ConsumerConfig{Name: "other", AckPolicy: jetstream.AckNonePolicy}); err != nil {
 		t.Fatal(err)
 	}
-	if err := aud.Publish("sbx.evt.acme.s1.exec.finish", []byte(`{}`)); err != nil {
+	for _, subj := range []string{"$JS.API.CONSUMER.MSG.NEXT.SBX_EVENTS.other", "$JS.API.CONSUMER.INFO.SBX_EVENTS.other", "sbx.evt.acme.s1.exec.finish", "sbx.audit.someone.acme.consumer", "sbx.node.n1.cordon"} {
+		if err := aud.Publish(subj, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		aud.WantViolation(t, subj)
+	}
+}
+
+// TestNodeJetStreamConfined: a node reaches the events stream and the
+// snapshots' object store as a node uses them, and no other stream, no
+// durable consumer, no stream or account management.
+func TestNodeJetStreamConfined(t *testing.T) {
+	b := startBus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ejs, _ := jetstream.New(b.conn(t, "engine").Conn)
+	if _, err := ejs.CreateStream(ctx, jetstream.StreamConfig{Name: "SBX_EVENTS", Subjects: []string{"sbx.evt.>", "sbx.nodeevt.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	aud.WantViolation(t, "sbx.evt.acme.s1.exec.finish")
+	if _, err := ejs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "sbx_sessions"}); err != nil {
+		t.Fatal(err)
+	}
+	n1 := b.conn(t, "n1")
+	js, _ := jetstream.New(n1.Conn)
+	// What a node does: append, read its history through an ordered
+	// consumer.
+	if _, err := js.Publish(ctx, "sbx.evt.acme.s1.exec.start", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	oc, err := js.OrderedConsumer(ctx, "SBX_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sbx.evt.acme.s1.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
+		t.Fatalf("node's history read: %v", err)
+	}
+	for _, subj := range []string{
+		"$JS.API.CONSUMER.CREATE.KV_sbx_sessions",
+		"$JS.API.CONSUMER.DURABLE.CREATE.SBX_EVENTS.x",
+		"$JS.API.STREAM.INFO.KV_sbx_sessions",
+		"$JS.API.DIRECT.GET.KV_sbx_sessions",
+		"$JS.API.STREAM.CREATE.OBJ_sbx_workspaces",
+		"$JS.API.STREAM.PURGE.SBX_EVENTS",
+		"$JS.API.STREAM.NAMES",
+		"$JS.API.ACCOUNT.PURGE.PADDOCK",
+	} {
+		if err := n1.Publish(subj, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		n1.WantViolation(t, subj)
+	}
 }
 
 // TestUnknownRefused: no credentials and a key the store never issued are

@@ -2,6 +2,8 @@ package auth
 
 import (
 	"encoding/json"
+	"net/textproto"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -27,10 +29,18 @@ type Caller struct {
 // Vouched reports whether the server stamped the command.
 func (c Caller) Vouched() bool { return c.Account != "" }
 
-// CallerOf reads the server's stamp on m. A stamp that does not decode is
-// a permission_denied error: nothing but the server writes it.
+// CallerOf reads the server's stamp on m. A message that JetStream
+// delivered rather than a sender published (see Delivered), and a stamp
+// that does not decode, are permission_denied errors: nothing but the
+// server writes a stamp, and nothing acts on a delivery.
 func CallerOf(m *nats.Msg) (Caller, error) {
-	if m == nil || m.Header == nil {
+	if m == nil {
+		return Caller{}, nil
+	}
+	if err := Delivered(m); err != nil {
+		return Caller{}, err
+	}
+	if m.Header == nil {
 		return Caller{}, nil
 	}
 	raw := m.Header.Get(RequestInfoHeader)
@@ -63,4 +73,67 @@ func (c Caller) Authorize(tenant, actor string) (string, error) {
 		return "", errcode.New(errcode.PermissionDenied, "the command's %s header names no user", RequestInfoHeader)
 	}
 	return c.User, nil
+}
+
+// Delivered returns a permission_denied error when m is a message that
+// JetStream sent rather than one a sender published on its subject, so
+// that a consumer whose deliver subject (or a pull request whose reply
+// subject) names a command subject never passes for a command. JetStream
+// marks everything it sends: a pushed or pulled stream message has a
+// reply subject under $JS.ACK (which no client may set: nats-server
+// refuses a client's publish with such a reply), flow control one under
+// $JS.FC, a heartbeat or a pull's end a status line, and a direct get or
+// a republished message Nats-Stream and Nats-Subject headers. Delivered
+// refuses all of these: a reply subject under "$JS.", a status, and any
+// header starting "Nats-" but the server's own stamp (RequestInfoHeader).
+// A JetStream API response carries none of them; it is refused by the
+// receivers' strict decoding and, for requests, by RequireReply.
+func Delivered(m *nats.Msg) error {
+	if strings.HasPrefix(m.Reply, "$JS.") {
+		return errcode.New(errcode.PermissionDenied, "a message JetStream delivered (reply %s) is not a command", clipSubject(m.Reply))
+	}
+	for k := range m.Header {
+		switch k = textproto.CanonicalMIMEHeaderKey(k); {
+		case k == RequestInfoHeader:
+		case k == statusHeader || strings.HasPrefix(k, "Nats-"):
+			return errcode.New(errcode.PermissionDenied, "a message with JetStream's %s header is not a command", k)
+		}
+	}
+	return nil
+}
+
+// statusHeader is where nats.go puts a message's status line (a
+// JetStream heartbeat, flow control, a pull's end).
+const statusHeader = "Status"
+
+// RequireReply returns a permission_denied error unless m is a command
+// from a sender: not a JetStream delivery (Delivered) and a request, with
+// a reply subject to answer on. A JetStream API response is no request.
+func RequireReply(m *nats.Msg) error {
+	if err := Delivered(m); err != nil {
+		return err
+	}
+	if m.Reply == "" {
+		return errcode.New(errcode.PermissionDenied, "a command on %s without a reply subject", clipSubject(m.Subject))
+	}
+	return nil
+}
+
+// Operator returns a permission_denied error unless the caller may send an
+// operator's command (a node admin op, a placement): a sender in the
+// PADDOCK account, where the server's permissions let only the engine and
+// admins publish on those subjects. A stamp means the command crossed an
+// import from a tenant's account, which no operator's command does.
+func (c Caller) Operator() error {
+	if c.Vouched() {
+		return errcode.New(errcode.PermissionDenied, "account %s may not send an operator's command", c.Account)
+	}
+	return nil
+}
+
+func clipSubject(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

@@ -10,6 +10,10 @@
 // PADDOCK with the sender's account and user (the Nats-Request-Info
 // header); Caller reads that stamp. Nothing a client writes in a request
 // can name another tenant: its account can only reach its own subjects.
+// Inside PADDOCK, where nothing is stamped, the permissions decide who may
+// publish on each subject, and JetStream, which publishes as the account
+// wherever a consumer or a reply subject points it, is never taken for a
+// sender: Delivered refuses what it sends, and CallerOf with it.
 //
 // A Store is a directory (0700) with the identities, one credentials
 // file per identity (0600, holding its nkey seed) and the generated

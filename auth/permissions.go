@@ -1,5 +1,7 @@
 package auth
 
+import "github.com/paddock-dev/paddock/commands"
+
 // The names the permissions are written against. They are the defaults of
 // the events, objectstore and projector packages (auth does not import
 // those, to stay below them); TestNamesMatch keeps them equal.
@@ -39,21 +41,12 @@ func PermissionsOf(id Identity) *Permissions {
 		n := id.Name
 		return &Permissions{
 			Publish: &SubjectPermission{
-				Allow: []string{
+				Allow: append([]string{
 					subjectPrefix + ".evt.>",               // session events (signed)
 					subjectPrefix + ".nodeevt." + n + ".>", // its own node events
 					subjectPrefix + ".nodehb." + n,         // its heartbeat
-					"$JS.API.>",                            // JetStream requests, less the deny list
 					"$O." + workspacesObj + ".>",           // snapshot chunks and metadata
-				},
-				Deny: []string{
-					"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
-					"$JS.API.STREAM.MSG.DELETE.>", "$JS.API.ACCOUNT.>", "$JS.API.SERVER.>",
-					"$JS.API.STREAM.PURGE." + eventsStream,
-					"$JS.API.STREAM.PURGE.KV_" + sessionsBucket,
-					"$JS.API.STREAM.PURGE.KV_" + nodesBucket,
-					"$JS.API.STREAM.PURGE.KV_" + stateBucket,
-				},
+				}, nodeJetStream()...),
 			},
 			Subscribe: &SubjectPermission{Allow: []string{
 				subjectPrefix + ".cmd.*.*.>", // the session subjects of sessions it serves
@@ -69,18 +62,17 @@ func PermissionsOf(id Identity) *Permissions {
 			Subscribe: &SubjectPermission{Allow: []string{inbox}},
 		}
 	case RoleAuditor:
+		// No consumer create: its body could name a deliver subject. The
+		// engine makes the auditor's pull consumer (package auditfeed) on
+		// request on the auditor's own subject, and the auditor may use
+		// only what a pull consumer needs.
 		c := id.Consumer()
-		events := subjectPrefix + ".evt.>"
-		if id.Tenant != "" {
-			events = subjectPrefix + ".evt." + id.Tenant + ".>"
-		}
 		api := "$JS.API.CONSUMER."
 		return &Permissions{
 			Publish: &SubjectPermission{Allow: []string{
+				commands.Subjects{Prefix: subjectPrefix}.AuditConsumer(id.Name, id.Tenant),
 				"$JS.API.INFO",
 				"$JS.API.STREAM.INFO." + eventsStream,
-				api + "CREATE." + eventsStream + "." + c + "." + events,
-				api + "CREATE." + eventsStream + "." + c + "." + subjectPrefix + ".nodeevt.>",
 				api + "INFO." + eventsStream + "." + c,
 				api + "MSG.NEXT." + eventsStream + "." + c,
 				api + "DELETE." + eventsStream + "." + c,
@@ -91,4 +83,31 @@ func PermissionsOf(id Identity) *Permissions {
 		}
 	}
 	return nil // engine, admin
+}
+
+// nodeJetStream is the JetStream API a node uses, and no more: reading
+// and appending a session's history on the events stream (stream info,
+// last message per subject, an ordered consumer), and the snapshots'
+// object store (its info, object info, reads through an ordered consumer,
+// deletes as a purge of one object's subjects). Nothing on the
+// projections' buckets, no stream or account management, no legacy
+// durable create. A consumer create's body can still name a deliver
+// subject (or ask for a durable), which no permission sees: receivers
+// refuse what JetStream delivers (auth.Delivered).
+func nodeJetStream() []string {
+	api := "$JS.API."
+	var out []string
+	out = append(out, api+"INFO")
+	for _, st := range []string{eventsStream, "OBJ_" + workspacesObj} {
+		out = append(out,
+			api+"STREAM.INFO."+st,
+			api+"STREAM.MSG.GET."+st,
+			api+"DIRECT.GET."+st, api+"DIRECT.GET."+st+".>",
+			api+"CONSUMER.CREATE."+st, api+"CONSUMER.CREATE."+st+".>",
+			api+"CONSUMER.INFO."+st+".*",
+			api+"CONSUMER.MSG.NEXT."+st+".*",
+			api+"CONSUMER.DELETE."+st+".*",
+		)
+	}
+	return append(out, api+"STREAM.PURGE.OBJ_"+workspacesObj, "$JS.FC.OBJ_"+workspacesObj+".>")
 }

@@ -151,3 +151,36 @@ func (s Subjects) ParseTenant(subj string) (string, bool) {
 	}
 	return parts[0], true
 }
+
+// AuditConsumer is the subject on which an auditor asks the engine for its
+// events consumer: <prefix>.audit.<auditor>.consumer for an auditor of
+// every tenant, <prefix>.audit.<auditor>.<tenant>.consumer for one of
+// tenant. The token count tells the two apart, and each auditor's
+// permissions allow it its own subject only.
+func (s Subjects) AuditConsumer(auditor, tenant string) string {
+	if tenant == "" {
+		return s.prefix() + ".audit." + auditor + ".consumer"
+	}
+	return s.prefix() + ".audit." + auditor + "." + tenant + ".consumer"
+}
+
+// AuditConsumerAll matches every auditor's consumer subject.
+func (s Subjects) AuditConsumerAll() string { return s.prefix() + ".audit.>" }
+
+// ParseAuditConsumer splits an auditor's consumer subject into the
+// auditor and its tenant ("" for every tenant); ok is false for any other
+// shape.
+func (s Subjects) ParseAuditConsumer(subj string) (auditor, tenant string, ok bool) {
+	rest, found := strings.CutPrefix(subj, s.prefix()+".audit.")
+	if !found {
+		return "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	switch {
+	case len(parts) == 2 && parts[1] == "consumer":
+		return parts[0], "", true
+	case len(parts) == 3 && parts[2] == "consumer":
+		return parts[0], parts[1], true
+	}
+	return "", "", false
+}

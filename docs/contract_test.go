@@ -134,10 +134,12 @@ func TestSubjectTable(t *testing.T) {
 	s := commands.Subjects{}
 	e := events.Subjects{}
 	want := []string{
-		s.Create("<tenant>"), s.Lookup("<tenant>"), s.Resume("<tenant>"),
+		s.Create("<tenant>"), s.Lookup("<tenant>"), s.Resume("<tenant>"), s.Delete("<tenant>"),
 		s.Upload("<tenant>"), s.Download("<tenant>"), s.Transfer("<tenant>", "<id>"),
 		s.Session("<tenant>", "<session>", "<op>"),
 		s.Node("<node>", "create"), s.Node("<node>", "resume"), s.Node("<node>", "ping"),
+		s.Node("<node>", commands.NodeCordon), s.Node("<node>", commands.NodeUncordon), s.Node("<node>", commands.NodeRelease),
+		s.AuditConsumer("<auditor>", ""), s.AuditConsumer("<auditor>", "<tenant>"),
 		s.Announce(), s.Heartbeat("<node>"),
 		e.Session("<tenant>", "<session>", "<op>", "<phase>"), e.Node("<node>", "<kind>"),
 	}

@@ -25,6 +25,9 @@ type DurableOptions struct {
 	// Follow keeps delivering new events until ctx ends; otherwise
 	// ReadDurable returns once nothing is pending.
 	Follow bool
+	// Provision, when set, makes the consumer (see ReadOptions.Provision);
+	// it then takes exactly one filter.
+	Provision Provisioner
 }
 
 // ReadDurable delivers events in stream order to fn through the named
@@ -39,6 +42,9 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 	filters := opts.Filters
 	if len(filters) == 0 {
 		filters = []string{l.subjects.AllSessions()}
+	}
+	if opts.Provision != nil && len(filters) != 1 {
+		return errcode.New(errcode.InvalidRequest, "a provisioned durable consumer takes one filter, not %d", len(filters))
 	}
 	cfg := jetstream.ConsumerConfig{
 		Durable:        opts.Name,
@@ -69,7 +75,22 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 	default:
 		return errcode.Wrap(errcode.Unavailable, err, "durable consumer "+opts.Name)
 	}
-	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.stream, cfg)
+	var cons jetstream.Consumer
+	if opts.Provision != nil {
+		spec := ConsumerSpec{Name: opts.Name, Filter: filters[0], StartSeq: cfg.OptStartSeq, Durable: true}
+		if cfg.OptStartTime != nil {
+			spec.StartTime = *cfg.OptStartTime
+		}
+		if err = opts.Provision(ctx, spec); err == nil {
+			cons, err = l.js.Consumer(ctx, l.stream, opts.Name)
+		}
+		var coded *errcode.Error
+		if errors.As(err, &coded) {
+			return err // the engine's answer to the provisioning request
+		}
+	} else {
+		cons, err = l.js.CreateOrUpdateConsumer(ctx, l.stream, cfg)
+	}
 	if err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "durable consumer "+opts.Name)
 	}

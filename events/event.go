@@ -121,12 +121,16 @@ type Event struct {
 
 // NodeEvent records a node's lifecycle (registered, stopped).
 type NodeEvent struct {
-	Version int             `json:"version"`
-	EventID string          `json:"event_id"`
-	TS      time.Time       `json:"ts"`
-	Node    string          `json:"node"`
-	Kind    string          `json:"kind"`
-	Data    json.RawMessage `json:"data,omitempty"`
+	Version int       `json:"version"`
+	EventID string    `json:"event_id"`
+	TS      time.Time `json:"ts"`
+	Node    string    `json:"node"`
+	Kind    string    `json:"kind"`
+	// Actor is who made the node do it, for the kinds an operator's
+	// command causes (cordoned, uncordoned): the actor the engine's or
+	// admin's request named (the CLI writes its identity's public key).
+	Actor string          `json:"actor,omitempty"`
+	Data  json.RawMessage `json:"data,omitempty"`
 }
 
 // Subjects builds event subjects under one prefix (default "sbx").

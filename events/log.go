@@ -214,6 +214,56 @@ type ReadOptions struct {
 	// generated name: an auditor's permissions allow only its own name.
 	// It takes exactly one filter.
 	Consumer string
+	// Provision, when set, makes the named consumer instead of a consumer
+	// create of the reader's own: an auditor may create no consumer (its
+	// request could name a deliver subject), so the engine makes it.
+	Provision Provisioner
+}
+
+// ConsumerSpec is a named pull consumer a reader asks for: what it reads
+// and from where. Durable consumers acknowledge explicitly and stay;
+// others acknowledge nothing and go by themselves once idle.
+type ConsumerSpec struct {
+	Name      string
+	Filter    string
+	StartSeq  uint64
+	StartTime time.Time
+	Durable   bool
+}
+
+// Provisioner makes (or updates) the consumer spec names on the events
+// stream; its errors carry errcode codes.
+type Provisioner func(ctx context.Context, spec ConsumerSpec) error
+
+// ConsumerConfig is the pull consumer a spec names: no deliver subject,
+// whoever makes it.
+func (c ConsumerSpec) ConsumerConfig() jetstream.ConsumerConfig {
+	cfg := jetstream.ConsumerConfig{Name: c.Name, FilterSubject: c.Filter, AckPolicy: jetstream.AckNonePolicy}
+	switch {
+	case c.StartSeq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, c.StartSeq
+	case !c.StartTime.IsZero():
+		t := c.StartTime
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	if c.Durable {
+		cfg.Durable, cfg.AckPolicy, cfg.Description = c.Name, jetstream.AckExplicitPolicy, "Paddock audit consumer"
+	} else {
+		cfg.InactiveThreshold = time.Minute // a killed reader's consumer goes by itself
+	}
+	return cfg
+}
+
+// namedConsumer makes spec's consumer on the stream: through provision
+// when set, else with a consumer create of its own.
+func (l *Log) namedConsumer(ctx context.Context, provision Provisioner, spec ConsumerSpec) (jetstream.Consumer, error) {
+	if provision == nil {
+		return l.js.CreateOrUpdateConsumer(ctx, l.stream, spec.ConsumerConfig())
+	}
+	if err := provision(ctx, spec); err != nil {
+		return nil, err
+	}
+	return l.js.Consumer(ctx, l.stream, spec.Name)
 }
 
 // Read delivers events in stream order to fn through an ordered consumer.
@@ -238,11 +288,13 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 		if len(cfg.FilterSubjects) != 1 {
 			return errcode.New(errcode.InvalidRequest, "a named events consumer takes one filter, not %d", len(cfg.FilterSubjects))
 		}
-		cons, err = l.js.CreateOrUpdateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
-			Name: opts.Consumer, FilterSubject: cfg.FilterSubjects[0], AckPolicy: jetstream.AckNonePolicy,
-			DeliverPolicy: cfg.DeliverPolicy, OptStartSeq: cfg.OptStartSeq, OptStartTime: cfg.OptStartTime,
-			InactiveThreshold: time.Minute, // a killed reader's consumer goes by itself
+		cons, err = l.namedConsumer(ctx, opts.Provision, ConsumerSpec{
+			Name: opts.Consumer, Filter: cfg.FilterSubjects[0], StartSeq: opts.StartSeq, StartTime: opts.StartTime,
 		})
+		var coded *errcode.Error
+		if errors.As(err, &coded) {
+			return err // the engine's answer to a provisioning request
+		}
 		if err == nil {
 			defer func() {
 				// The read is over, whatever ctx says: delete with a bound of its own.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/egress"
 	"github.com/paddock-dev/paddock/errcode"
@@ -137,7 +138,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		{a.cmdSubj.Node(a.cfg.ID, commands.NodeCordon), a.dispatch("", a.handleCordon(true))},
 		{a.cmdSubj.Node(a.cfg.ID, commands.NodeUncordon), a.dispatch("", a.handleCordon(false))},
 		{a.cmdSubj.Node(a.cfg.ID, commands.NodeRelease), a.dispatch("", a.handleRelease)},
-		{a.cmdSubj.Announce(), func(*nats.Msg) { a.heartbeat() }},
+		{a.cmdSubj.Announce(), a.handleAnnounce},
 	}
 	for _, s := range subs {
 		sub, err := a.nc.Subscribe(s.subj, s.fn)
@@ -270,6 +271,14 @@ func (a *Agent) unsubscribeNode() {
 // internal; one inside an operation is the operation's (see guard).
 func (a *Agent) dispatch(tenant string, h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
 	return func(m *nats.Msg) {
+		// A message JetStream delivered onto a command subject (a consumer
+		// whose deliver subject names it), or one that is no request (a
+		// JetStream API response aimed here), is no command: it is
+		// dropped unanswered (an answer to $JS.ACK would acknowledge it).
+		if err := auth.RequireReply(m); err != nil {
+			a.logger.Warn("not a command: dropped", "subject", m.Subject, "err", err)
+			return
+		}
 		a.mu.Lock()
 		if a.draining {
 			a.mu.Unlock()
@@ -453,8 +462,21 @@ func (a *Agent) every(interval time.Duration, fn func()) {
 }
 
 func (a *Agent) handlePing(m *nats.Msg) {
+	if auth.RequireReply(m) != nil {
+		return
+	}
 	b, _ := commands.ResultReply(a.info())
 	a.respond(m, b)
+}
+
+// handleAnnounce heartbeats at once when the scheduler asks; a message
+// JetStream delivered onto the announce subject does not make every node
+// heartbeat once per event.
+func (a *Agent) handleAnnounce(m *nats.Msg) {
+	if auth.Delivered(m) != nil {
+		return
+	}
+	a.heartbeat()
 }
 
 // Sessions returns the keys (tenant/session) of the sessions the agent

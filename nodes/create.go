@@ -31,6 +31,10 @@ func (a *Agent) handleCreate(ctx context.Context, m *nats.Msg) {
 // subject: it decodes the body into a P and validates it, takes one of the
 // tenant's command slots for it, and answers with what run returns.
 func servePlaced[P any](ctx context.Context, a *Agent, m *nats.Msg, check func(*P) error, tenant func(*P) string, run func(context.Context, commands.Request, *P) []byte) {
+	if err := operator(m); err != nil {
+		a.respond(m, commands.ErrorReply(err))
+		return
+	}
 	var p P
 	req, err := commands.DecodeRequest(m.Data, &p)
 	if err == nil {

@@ -262,8 +262,18 @@ func (s *Scheduler) Close() {
 	s.wg.Wait()
 }
 
+// A message JetStream delivered onto a command subject, or one that is
+// no request (a JetStream API response aimed here), is dropped unanswered
+// (auth.RequireReply): no handler sees it, and an answer to a $JS.ACK
+// reply would acknowledge it.
 func (s *Scheduler) async(h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
-	return func(m *nats.Msg) { s.spawn(func() { h(tracing.Extract(s.ctx, m.Header), m) }) }
+	return func(m *nats.Msg) {
+		if err := auth.RequireReply(m); err != nil {
+			s.logger.Warn("not a command: dropped", "subject", m.Subject, "err", err)
+			return
+		}
+		s.spawn(func() { h(tracing.Extract(s.ctx, m.Header), m) })
+	}
 }
 
 // spawn runs fn on a goroutine Close waits for, unless the scheduler is
@@ -282,7 +292,16 @@ func (s *Scheduler) spawn(fn func()) {
 	}()
 }
 
+// handleHeartbeat records a node's heartbeat. Only that node may publish
+// on its heartbeat subject; what JetStream delivers there (a consumer's
+// deliver subject, a pull or direct get aimed at it) is dropped, and a
+// JetStream API response aimed at it names no node, so fails the check
+// below.
 func (s *Scheduler) handleHeartbeat(m *nats.Msg) {
+	if err := auth.Delivered(m); err != nil {
+		s.logger.Warn("not a heartbeat: dropped", "subject", m.Subject, "err", err)
+		return
+	}
 	var info nodes.Info
 	if err := json.Unmarshal(m.Data, &info); err != nil || commands.CheckToken("node", info.Node) != nil {
 		s.logger.Warn("bad heartbeat", "subject", m.Subject)

@@ -90,7 +90,7 @@ func New(nc *nats.Conn, store Store, cfg Config, logger *slog.Logger) *Service {
 // Start subscribes to every tenant's upload and download subjects.
 func (s *Service) Start(ctx context.Context) error {
 	for subj, h := range map[string]nats.MsgHandler{s.subj.UploadAll(): s.handleUpload, s.subj.DownloadAll(): s.handleDownload} {
-		sub, err := s.nc.QueueSubscribe(subj, QueueGroup, h)
+		sub, err := s.nc.QueueSubscribe(subj, QueueGroup, commandsOnly(h))
 		if err != nil {
 			s.Close()
 			return fmt.Errorf("transfer: subscribe %s: %w", subj, err)
@@ -176,6 +176,17 @@ func reply(m *nats.Msg, data []byte) {
 	}
 }
 
+// commandsOnly drops what JetStream delivered onto a transfer subject, and
+// what is no request (auth.RequireReply), before h sees it.
+func commandsOnly(h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		if auth.RequireReply(m) != nil {
+			return
+		}
+		h(m)
+	}
+}
+
 // decode reads the tenant of a transfer-opening subject and the request.
 func (s *Service) decode(m *nats.Msg, args interface{ Validate() error }) (string, bool) {
 	tenant, ok := s.subj.ParseTenant(m.Subject)
@@ -226,6 +237,9 @@ func (s *Service) start(m *nats.Msg, t *transfer) {
 	subj := s.subj.Transfer(t.tenant, t.id)
 	t.idle = time.AfterFunc(s.cfg.Idle, func() { t.abort(errcode.New(errcode.Unavailable, "transfer %s idle for %s", t.id, s.cfg.Idle)) })
 	sub, err := s.nc.Subscribe(subj, func(cm *nats.Msg) {
+		if auth.RequireReply(cm) != nil {
+			return
+		}
 		t.idle.Reset(s.cfg.Idle)
 		reply(cm, t.handle(cm))
 	})

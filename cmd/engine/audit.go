@@ -84,11 +84,11 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 		if filter != ">" {
 			// The nodes' registered events first: they say which key each
 			// node signs with.
-			if err := log.Read(ctx, events.ReadOptions{Filters: []string{log.Subjects().AllNodes()}, Consumer: g.consumer()}, check); err != nil {
+			if err := log.Read(ctx, events.ReadOptions{Filters: []string{log.Subjects().AllNodes()}, Consumer: g.consumer(), Provision: g.provisioner(js)}, check); err != nil {
 				return err
 			}
 		}
-		if err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Consumer: g.consumer()}, check); err != nil {
+		if err := log.Read(ctx, events.ReadOptions{Filters: []string{filter}, Consumer: g.consumer(), Provision: g.provisioner(js)}, check); err != nil {
 			return err
 		}
 		rep = checker.Report()

@@ -101,13 +101,13 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		return startSeq, startTime
 	}
 	if sub == "export" && *format == "sdk" {
-		return exportSDK(ctx, js, *wait, log, filter, g.consumer(), stdout, stderr)
+		return exportSDK(ctx, js, *wait, log, filter, g.consumer(), g.provisioner(js), stdout, stderr)
 	}
 	if sub == "export" {
 		// The stored bytes, one event per line: the stream's own JSON.
 		return retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
 			seq, _ := from()
-			return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: seq, Consumer: g.consumer()}, func(m events.Msg) error {
+			return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: seq, Consumer: g.consumer(), Provision: g.provisioner(js)}, func(m events.Msg) error {
 				_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
 				last = m.StreamSeq
 				return err
@@ -139,10 +139,11 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 			}
 			return log.ReadDurable(ctx, events.DurableOptions{
 				Name: *durable, Filters: []string{filter}, StartSeq: seq, StartTime: t, Follow: !*noFollow,
+				Provision: g.provisioner(js),
 			}, print)
 		}
 		seq, t := from()
-		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: seq, StartTime: t, Follow: !*noFollow, Consumer: g.consumer()}, print)
+		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: seq, StartTime: t, Follow: !*noFollow, Consumer: g.consumer(), Provision: g.provisioner(js)}, print)
 	}, reached)
 	if errors.Is(err, context.Canceled) {
 		return nil // interrupted while following: a normal end
@@ -154,14 +155,14 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 // OpenAI Agents SDK's format (events.ToSDK) and says on stderr how many it
 // skipped and why: ops the SDK has no name for, and events it cannot
 // decode (another schema version).
-func exportSDK(ctx context.Context, js jetstream.JetStream, wait time.Duration, log *events.Log, filter, consumer string, stdout, stderr io.Writer) error {
+func exportSDK(ctx context.Context, js jetstream.JetStream, wait time.Duration, log *events.Log, filter, consumer string, provision events.Provisioner, stdout, stderr io.Writer) error {
 	noOp := map[string]int{}
 	undecodable := 0
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	var last uint64 // the last event handled: a retry starts after it
 	err := retryRead(ctx, js, "events stream", events.DefaultStream, wait, func(ctx context.Context) error {
-		opts := events.ReadOptions{Filters: []string{filter}, Consumer: consumer}
+		opts := events.ReadOptions{Filters: []string{filter}, Consumer: consumer, Provision: provision}
 		if last > 0 {
 			opts.StartSeq = last + 1
 		}

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddock-dev/paddock/auditfeed"
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/events"
 	"io"
 	"os"
 	"sort"
@@ -46,6 +50,26 @@ func (g *globals) consumer() string {
 		return g.who.Consumer()
 	}
 	return ""
+}
+
+// actor is who the CLI says it is in an operator's command (a node admin
+// op): its identity's public key, as the events name a vouched sender,
+// or "cli" without credentials.
+func (g *globals) actor() string {
+	if g.who != nil {
+		return g.who.PublicKey
+	}
+	return "cli"
+}
+
+// provisioner is how the identity gets its events consumer: an auditor
+// asks the engine (package auditfeed), which makes it; anyone else makes
+// its own (nil).
+func (g *globals) provisioner(js jetstream.JetStream) events.Provisioner {
+	if g.consumer() == "" {
+		return nil
+	}
+	return auditfeed.Provisioner(js.Conn(), "", g.who.Name, g.who.Tenant)
 }
 
 // defaultGlobals returns the global flags' values from the environment.

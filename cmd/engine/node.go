@@ -116,7 +116,7 @@ func nodeCmd(ctx context.Context, base globals, args []string, stdout, stderr io
 		}
 		return tw.Flush()
 	case "cordon", "uncordon":
-		info, err := cordon(ctx, nc, pos[0], sub == "cordon")
+		info, err := cordon(ctx, nc, g.actor(), pos[0], sub == "cordon")
 		if err != nil {
 			return err
 		}
@@ -195,8 +195,8 @@ func listNodes(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, wait 
 }
 
 // nodeRequest sends a node admin op and decodes its result.
-func nodeRequest(ctx context.Context, nc *nats.Conn, node, op string, args, out any) error {
-	req := commands.Request{Version: commands.Version}
+func nodeRequest(ctx context.Context, nc *nats.Conn, actor, node, op string, args, out any) error {
+	req := commands.Request{Version: commands.Version, Actor: actor}
 	if args != nil {
 		req.Args, _ = json.Marshal(args)
 	}
@@ -223,13 +223,13 @@ func nodeRequest(ctx context.Context, nc *nats.Conn, node, op string, args, out 
 	return nil
 }
 
-func cordon(ctx context.Context, nc *nats.Conn, node string, on bool) (nodes.Info, error) {
+func cordon(ctx context.Context, nc *nats.Conn, actor, node string, on bool) (nodes.Info, error) {
 	op := commands.NodeUncordon
 	if on {
 		op = commands.NodeCordon
 	}
 	var info nodes.Info
-	err := nodeRequest(ctx, nc, node, op, nil, &info)
+	err := nodeRequest(ctx, nc, actor, node, op, nil, &info)
 	return info, err
 }
 
@@ -240,7 +240,7 @@ func cordon(ctx context.Context, nc *nats.Conn, node string, on bool) (nodes.Inf
 // it is asked to). A session whose create declared secret variables is
 // skipped: only its client can give their values again.
 func drain(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, g globals, node string, progress io.Writer) ([]drainRow, error) {
-	if _, err := cordon(ctx, nc, node, true); err != nil {
+	if _, err := cordon(ctx, nc, g.actor(), node, true); err != nil {
 		return nil, err
 	}
 	kv, err := js.KeyValue(ctx, projector.SessionsBucket)
@@ -276,7 +276,7 @@ func drain(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, g globals
 			clients[s.Tenant] = c
 		}
 		row := drainRow{Tenant: s.Tenant, Session: s.ID, From: string(s.Status)}
-		row.Outcome, row.Node, row.Detail = moveSession(ctx, c, nc, log, node, s)
+		row.Outcome, row.Node, row.Detail = moveSession(ctx, c, nc, log, g.actor(), node, s)
 		fmt.Fprintf(progress, "drain: %s/%s (%s): %s %s %s\n", s.Tenant, s.ID, s.Status, row.Outcome, row.Node, row.Detail)
 		rows = append(rows, row)
 	}
@@ -284,7 +284,7 @@ func drain(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, g globals
 }
 
 // moveSession moves one session off node (see drain).
-func moveSession(ctx context.Context, c *client.Client, nc *nats.Conn, log *events.Log, node string, s projection.Session) (outcome, at, detail string) {
+func moveSession(ctx context.Context, c *client.Client, nc *nats.Conn, log *events.Log, actor, node string, s projection.Session) (outcome, at, detail string) {
 	fail := func(step string, err error) (string, string, string) {
 		return "failed", "", step + ": " + err.Error()
 	}
@@ -309,7 +309,7 @@ func moveSession(ctx context.Context, c *client.Client, nc *nats.Conn, log *even
 			return fail("shutdown", err)
 		}
 	}
-	if err := nodeRequest(ctx, nc, node, commands.NodeRelease, commands.ReleaseArgs{Tenant: s.Tenant, SessionID: s.ID}, nil); err != nil && errcode.Of(err) != errcode.SessionNotFound {
+	if err := nodeRequest(ctx, nc, actor, node, commands.NodeRelease, commands.ReleaseArgs{Tenant: s.Tenant, SessionID: s.ID}, nil); err != nil && errcode.Of(err) != errcode.SessionNotFound {
 		return fail("release", err)
 	}
 	if s.Status == projection.StatusShutDown {

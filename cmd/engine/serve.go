@@ -19,6 +19,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
+	"github.com/paddock-dev/paddock/auditfeed"
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/client"
@@ -236,6 +237,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 					OnStop: func(context.Context) error { sw.close(); return nil },
 				})
 			}
+			// Auditors' consumers: the engine makes them (package auditfeed).
+			feed := auditfeed.New(c.engine, js, auditfeed.Config{}, logger)
+			lc.Append(fx.Hook{OnStart: feed.Start, OnStop: func(context.Context) error { feed.Close(); return nil }})
 			var xfer *transfer.Service
 			lc.Append(fx.Hook{
 				OnStart: func(ctx context.Context) error {
