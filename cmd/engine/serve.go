@@ -133,6 +133,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	if pol.MaxDiskBytes > 0 && cfg.docker.DefaultDiskBytes > pol.MaxDiskBytes {
+		return usageErr("--default-disk %d is over --max-disk %d", cfg.docker.DefaultDiskBytes, pol.MaxDiskBytes)
+	}
 	maxStore, asked, err := cfg.storage.parse()
 	if err != nil {
 		return err
@@ -227,7 +230,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			if cfg.noLocalNode {
 				return nil
 			}
-			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback(), Docker: *cfg.docker}, logger)
+			rts, closeRuntimes, err := runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback(), Docker: *cfg.docker, StateDir: cfg.stateDir}, logger)
 			if err != nil {
 				return err
 			}

@@ -510,3 +510,17 @@ func (r *Runtime) reapDisks(ctx context.Context) (int, error) {
 // ReapDisks removes the loopfs disks whose container is gone, as the
 // reaper's pass does (see FindSandboxes), and returns how many it removed.
 func (r *Runtime) ReapDisks(ctx context.Context) (int, error) { return r.reapDisks(ctx) }
+
+// DataRoot returns the engine's data root (Docker Root Dir) when the
+// engine is on this host (empty for a remote one); an engine failure is
+// runtime_error.
+func (r *Runtime) DataRoot(ctx context.Context) (string, error) {
+	if h := os.Getenv("DOCKER_HOST"); h != "" && !strings.HasPrefix(h, "unix://") {
+		return "", nil
+	}
+	info, err := r.cli.Info(ctx)
+	if err != nil {
+		return "", r.wrap(err, "info")
+	}
+	return info.DockerRootDir, nil
+}
