@@ -135,3 +135,18 @@ func TestDockerDiskLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalDiskLimitNone: the local runtime bounds no disk, and its
+// creates say so.
+func TestLocalDiskLimitNone(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{})
+	ctx := testenv.Context(t, time.Minute)
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local", DiskBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fin := finishData[events.StatusFinish](t, st, s.SessionID, commands.OpCreate)
+	if fin.DiskLimit == nil || *fin.DiskLimit != (events.DiskLimit{Mechanism: runtime.DiskNone}) {
+		t.Fatalf("local create finish disk_limit = %+v, want mechanism none", fin.DiskLimit)
+	}
+}

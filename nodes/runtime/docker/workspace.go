@@ -213,6 +213,19 @@ func (s *Sandbox) swapIn(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
 	holder := path.Join(path.Dir(s.root), holderName)
+	if s.disk.mechanism == runtime.DiskLoopFS {
+		// The workspace and the holder are two mounts of one disk inside
+		// the container (a rename between them would copy): the node
+		// renames on its own mount of the disk instead.
+		if err := s.swapHost(ctx, name, oldPrefix+rand.Text(), ".paddock-old-"+rand.Text()); err != nil {
+			if !errors.Is(err, errHalfSwapped) {
+				s.discard(ctx, name)
+			}
+			return err
+		}
+		s.goBackground(func(ctx context.Context) { s.removeTrees(ctx, name, oldPrefix) })
+		return nil
+	}
 	res, err := s.Exec(ctx, runtime.ExecSpec{
 		Argv: []string{"/bin/sh", "-c", commitScript, "paddock-commit", s.root,
 			path.Join(holder, name), path.Join(holder, oldPrefix+rand.Text()), ".paddock-old-" + rand.Text()},
