@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,8 +27,18 @@ func DiskDir(t testing.TB) string {
 			t.Errorf("mount %s left behind", m)
 			_ = unix.Unmount(m, unix.MNT_DETACH)
 		}
-		for _, l := range LoopDevicesUnder(t, dir) {
-			t.Errorf("loop device %s left behind", l)
+		// A lazily detached disk (a container being made held it at its
+		// unmount) frees its loop device when the last reference goes.
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			l := LoopDevicesUnder(t, dir)
+			if len(l) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("loop devices %v left behind", l)
+				break
+			}
+			time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
 		}
 		entries, err := os.ReadDir(dir)
 		if err != nil {

@@ -359,15 +359,15 @@ func mountLoopFS(ctx context.Context, d disk) error {
 	if err := runTool(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", d.img(), d.mnt()); err != nil {
 		return err
 	}
-	for sub, mode := range map[string]os.FileMode{diskWorkspace: 0o755, diskHolder: 0o755, diskTmp: 0o1777, diskVarTmp: 0o1777} {
+	for sub, mode := range map[string]uint32{diskWorkspace: 0o755, diskHolder: 0o755, diskTmp: 0o1777, diskVarTmp: 0o1777} {
 		p := filepath.Join(d.mnt(), sub)
-		if err := os.Mkdir(p, mode.Perm()); err != nil {
+		if err := os.Mkdir(p, 0o700); err != nil {
 			if errors.Is(err, os.ErrExist) {
 				continue
 			}
 			return errcode.Wrap(errcode.RuntimeError, err, "disk directory "+sub)
 		}
-		if err := os.Chmod(p, mode); err != nil { // past the umask, with the sticky bit
+		if err := unix.Chmod(p, mode); err != nil { // past the umask, with the sticky bit (0o1000, not os.ModeSticky)
 			return errcode.Wrap(errcode.RuntimeError, err, "disk directory "+sub)
 		}
 	}
@@ -423,7 +423,16 @@ func releaseDisk(d disk) error {
 		return nil
 	}
 	if mounted(d) {
-		if err := unix.Unmount(d.mnt(), 0); err != nil {
+		// A container being made at this moment holds a copy of the node's
+		// mounts until its runtime detaches them (milliseconds): try a few
+		// times, then detach lazily (the loop device goes with the last
+		// reference).
+		err := unix.Unmount(d.mnt(), 0)
+		for wait := 20 * time.Millisecond; errors.Is(err, unix.EBUSY) && wait < time.Second; wait *= 2 {
+			time.Sleep(wait)
+			err = unix.Unmount(d.mnt(), 0)
+		}
+		if err != nil {
 			if err := unix.Unmount(d.mnt(), unix.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
 				return errcode.Wrap(errcode.RuntimeError, err, "unmount the sandbox's disk")
 			}
