@@ -18,9 +18,14 @@ const (
 	MaxCPUs       = 256
 	MaxMemory     = 1 << 40 // 1 TiB
 	MaxPids       = 1 << 22
-	MaxExecArgs   = 4096
-	MaxTimeout    = 24 * time.Hour
-	DefaultImage  = "paddock/sandbox-base:test"
+	// MinDisk and MaxDisk bound CreateArgs.DiskBytes (when set): a
+	// sandbox's file system needs room for its own metadata, and no
+	// node has a petabyte to give one sandbox.
+	MinDisk      = 16 << 20 // 16 MiB
+	MaxDisk      = 1 << 50  // 1 PiB
+	MaxExecArgs  = 4096
+	MaxTimeout   = 24 * time.Hour
+	DefaultImage = "paddock/sandbox-base:test"
 )
 
 // CreateArgs is the spec of a new session (op create).
@@ -46,6 +51,12 @@ type CreateArgs struct {
 	// CPUs and MemoryBytes limit the sandbox (0: the node's default).
 	CPUs        float64 `json:"cpus,omitempty"`
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	// DiskBytes (1.5) bounds everything the sandbox can write: its
+	// workspace, /tmp and any other writable place (0: the node's
+	// default). Writing past it fails inside the sandbox with ENOSPC.
+	// More than the operator's maximum is policy_denied. The create's
+	// finish event says how the node enforces it (disk_limit).
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 	// WorkspaceRoot is the workspace directory as the sandbox sees it
 	// (default /workspace).
 	WorkspaceRoot string `json:"workspace_root,omitempty"`
@@ -170,6 +181,9 @@ func (a *CreateArgs) Validate() error {
 	}
 	if a.MemoryBytes > 0 && a.MemoryBytes < 4<<20 {
 		return errcode.New(errcode.InvalidRequest, "memory %d is below the 4 MiB minimum", a.MemoryBytes)
+	}
+	if a.DiskBytes != 0 && (a.DiskBytes < MinDisk || a.DiskBytes > MaxDisk) {
+		return errcode.New(errcode.InvalidRequest, "disk_bytes %d is outside %d..%d (0: the node's default)", a.DiskBytes, int64(MinDisk), int64(MaxDisk))
 	}
 	if len(a.Manifest) > MaxManifestEntries {
 		return errcode.New(errcode.InvalidRequest, "more than %d manifest entries", MaxManifestEntries)

@@ -98,10 +98,27 @@ func TestCreateArgsValidate(t *testing.T) {
 		{"absurd pids", CreateArgs{PidsLimit: 1 << 40}, false},
 		{"user with space", CreateArgs{User: "root --privileged"}, false},
 		{"user with newline", CreateArgs{User: "a\nb"}, false},
+		{"disk", CreateArgs{DiskBytes: 2 << 30}, true},
+		{"disk at the minimum", CreateArgs{DiskBytes: MinDisk}, true},
+		{"negative disk", CreateArgs{DiskBytes: -1}, false},
+		{"tiny disk", CreateArgs{DiskBytes: 1}, false},
+		{"absurd disk", CreateArgs{DiskBytes: MaxDisk + 1}, false},
 	} {
 		err := tc.a.Validate()
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
+		if (err == nil) != tc.ok || (err != nil && errcode.Of(err) != errcode.InvalidRequest) {
+			t.Errorf("%s: Validate() = %v, want ok=%v (or invalid_request)", tc.name, err, tc.ok)
+		}
+	}
+	// Garbage on the wire is refused by the strict decoder, typed.
+	for _, raw := range []string{`{"disk_bytes":"2g"}`, `{"disk_bytes":1.5}`, `{"disk_bytes":-5}`, `{"disk_bytes":99999999999999999999}`} {
+		var a CreateArgs
+		req, _ := json.Marshal(Request{Version: Version, Args: json.RawMessage(raw)})
+		_, err := DecodeRequest(req, &a)
+		if err == nil {
+			err = a.Validate()
+		}
+		if errcode.Of(err) != errcode.InvalidRequest {
+			t.Errorf("create args %s: got %v, want invalid_request", raw, err)
 		}
 	}
 }

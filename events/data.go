@@ -26,11 +26,14 @@ type CreateStart struct {
 	Labels        map[string]string `json:"labels,omitempty"`
 	// NodeLabels are the placement constraints the create asked (a resume
 	// placed by the scheduler honours them too).
-	NodeLabels    map[string]string `json:"node_labels,omitempty"`
-	CPUs          float64           `json:"cpus,omitempty"`
-	MemoryBytes   int64             `json:"memory_bytes,omitempty"`
-	WorkspaceRoot string            `json:"workspace_root"`
-	Network       bool              `json:"network,omitempty"`
+	NodeLabels  map[string]string `json:"node_labels,omitempty"`
+	CPUs        float64           `json:"cpus,omitempty"`
+	MemoryBytes int64             `json:"memory_bytes,omitempty"`
+	// DiskBytes (1.5) is the disk bound the create asked for (0: the
+	// node's default; the finish's disk_limit says what it got).
+	DiskBytes     int64  `json:"disk_bytes,omitempty"`
+	WorkspaceRoot string `json:"workspace_root"`
+	Network       bool   `json:"network,omitempty"`
 	// Egress (1.4) is the egress policy the create asked for (absent:
 	// Network decides, as before 1.4).
 	Egress    *commands.Egress `json:"egress,omitempty"`
@@ -84,6 +87,17 @@ type Made struct {
 	Supervisor string  `json:"supervisor,omitempty"`
 	Pooled     bool    `json:"pooled,omitempty"`
 	ClaimMS    float64 `json:"claim_ms,omitempty"`
+	// DiskLimit (1.5) is how the sandbox's disk is bounded.
+	DiskLimit *DiskLimit `json:"disk_limit,omitempty"`
+}
+
+// DiskLimit is the bound on what a sandbox can write: Bytes, enforced by
+// Mechanism, one of "storage-opt" (Docker's per-container quota),
+// "loopfs" (a file system image of the sandbox's own holding every
+// writable place) or "none" (no bound; Bytes is 0).
+type DiskLimit struct {
+	Bytes     int64  `json:"bytes"`
+	Mechanism string `json:"mechanism"`
 }
 
 // ExecStart is an exec's start data. Argv has secret values redacted;

@@ -76,7 +76,7 @@ func createRecord(spec commands.CreateArgs, rtName string) events.CreateStart {
 	}
 	cs := events.CreateStart{
 		Runtime: rtName, Image: spec.Image, Env: spec.Env, SecretEnvKeys: sortedKeys(spec.SecretEnv), Labels: spec.Labels, NodeLabels: spec.NodeLabels,
-		CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, WorkspaceRoot: root, Epoch: 1,
+		CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes, DiskBytes: spec.DiskBytes, WorkspaceRoot: root, Epoch: 1,
 		Network: spec.Network, User: spec.User, PidsLimit: spec.PidsLimit, MaxProcesses: spec.MaxProcesses,
 		ExposedPorts: spec.ExposedPorts, Egress: spec.Egress,
 	}
@@ -250,17 +250,22 @@ func (a *Agent) createRetry(ctx context.Context, tenant, id, commandID string) [
 	return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, fmt.Errorf("wait for create finish: %w", err), "the first create of this command id has not finished yet"))
 }
 
-// made says how the runtime made a sandbox, when it says (Docker: its
-// supervisor and its warm pool).
+// made says how the runtime made a sandbox: its disk limit (none on a
+// runtime that does not say), and when the runtime says them (Docker) its
+// supervisor and its warm pool.
 func made(sb runtime.Sandbox) events.Made {
+	m := events.Made{DiskLimit: &events.DiskLimit{Mechanism: runtime.DiskNone}}
+	if d, ok := sb.(runtime.DiskLimiter); ok {
+		m.DiskLimit.Bytes, m.DiskLimit.Mechanism = d.DiskLimit()
+	}
 	p, ok := sb.(interface {
 		Provenance() (supervisor string, pooled bool, claim time.Duration)
 	})
 	if !ok {
-		return events.Made{}
+		return m
 	}
 	sup, pooled, claim := p.Provenance()
-	m := events.Made{Supervisor: sup, Pooled: pooled}
+	m.Supervisor, m.Pooled = sup, pooled
 	if pooled {
 		m.ClaimMS = float64(claim.Microseconds()) / 1000
 	}

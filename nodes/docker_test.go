@@ -29,8 +29,10 @@ func dockerRuntime(t *testing.T, node string) *docker.Runtime {
 	// Every node's sandboxes run the supervisor, as a deployment's do; a
 	// node restarted in a test finds its sockets again (one directory per
 	// node id).
+	// Their disks are loopfs images where the host offers it (the
+	// directory's check fails the test for any left behind).
 	rt, err := docker.New(docker.Config{Client: cli, Node: node,
-		Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDirFor(t, node)})
+		Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDirFor(t, node), DiskDir: testenv.DiskDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

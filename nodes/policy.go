@@ -34,6 +34,10 @@ type Policy struct {
 	MaxCPUs        float64
 	MaxMemoryBytes int64
 	MaxPids        int64
+	// MaxDiskBytes bounds the disk a create may ask (0: no bound beyond
+	// the contract's). The default a create gets when it asks none is the
+	// runtime's (docker.Config.DefaultDiskBytes).
+	MaxDiskBytes int64
 	// DefaultLifetime is a session's lifetime when its create asks for
 	// none (0: MaxLifetime); MaxLifetime bounds what a create may ask
 	// (0: no bound, and no lifetime unless asked).
@@ -74,7 +78,7 @@ func (p Policy) Validate() error {
 			return errcode.New(errcode.InvalidRequest, "image pattern %q is not a valid pattern", pat)
 		}
 	}
-	if p.MaxCPUs < 0 || p.MaxMemoryBytes < 0 || p.MaxPids < 0 || p.DefaultLifetime < 0 || p.MaxLifetime < 0 ||
+	if p.MaxCPUs < 0 || p.MaxMemoryBytes < 0 || p.MaxPids < 0 || p.MaxDiskBytes < 0 || p.DefaultLifetime < 0 || p.MaxLifetime < 0 ||
 		p.DefaultIdleTimeout < 0 || p.MaxIdleTimeout < 0 || p.StoppedRetention < 0 {
 		return errcode.New(errcode.InvalidRequest, "policy bounds must not be negative")
 	}
@@ -116,6 +120,9 @@ func (p Policy) checkCreate(spec commands.CreateArgs, rt string) error {
 	}
 	if p.MaxPids > 0 && spec.PidsLimit > p.MaxPids {
 		return deny("pids_limit %d is over this node's limit of %d", spec.PidsLimit, p.MaxPids)
+	}
+	if p.MaxDiskBytes > 0 && spec.DiskBytes > p.MaxDiskBytes {
+		return deny("disk_bytes %d is over this node's limit of %d", spec.DiskBytes, p.MaxDiskBytes)
 	}
 	return nil
 }

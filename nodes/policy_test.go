@@ -21,7 +21,7 @@ func TestIsRoot(t *testing.T) {
 func TestPolicyCheckCreate(t *testing.T) {
 	base := commands.CreateArgs{Image: commands.DefaultImage}
 	with := func(f func(*commands.CreateArgs)) commands.CreateArgs { a := base; f(&a); return a }
-	open := Policy{Images: []string{"registry.test/team/*"}, AllowNetwork: true, AllowRoot: true, MaxCPUs: 2, MaxMemoryBytes: 1 << 30, MaxPids: 100}
+	open := Policy{Images: []string{"registry.test/team/*"}, AllowNetwork: true, AllowRoot: true, MaxCPUs: 2, MaxMemoryBytes: 1 << 30, MaxPids: 100, MaxDiskBytes: 4 << 30}
 	for _, tc := range []struct {
 		name   string
 		policy Policy
@@ -42,11 +42,18 @@ func TestPolicyCheckCreate(t *testing.T) {
 		{"cpus over", open, with(func(a *commands.CreateArgs) { a.Image = "registry.test/team/py"; a.CPUs = 3 }), "docker", true},
 		{"memory over", open, with(func(a *commands.CreateArgs) { a.Image = "registry.test/team/py"; a.MemoryBytes = 2 << 30 }), "docker", true},
 		{"pids over", open, with(func(a *commands.CreateArgs) { a.Image = "registry.test/team/py"; a.PidsLimit = 101 }), "docker", true},
+		{"disk at the max", open, with(func(a *commands.CreateArgs) { a.Image = "registry.test/team/py"; a.DiskBytes = 4 << 30 }), "docker", false},
+		{"disk over", open, with(func(a *commands.CreateArgs) { a.Image = "registry.test/team/py"; a.DiskBytes = 4<<30 + 1 }), "docker", true},
+		{"disk over, local", open, with(func(a *commands.CreateArgs) { a.DiskBytes = 5 << 30 }), "local", true},
+		{"disk, no max", Policy{}, with(func(a *commands.CreateArgs) { a.DiskBytes = 1 << 40 }), "docker", false},
 	} {
 		err := tc.policy.checkCreate(tc.spec, tc.rt)
 		if (err != nil) != tc.denied || (err != nil && errcode.Of(err) != errcode.PolicyDenied) {
 			t.Errorf("%s: got %v, want denied=%v", tc.name, err, tc.denied)
 		}
+	}
+	if err := (Policy{MaxDiskBytes: -1}).Validate(); err == nil {
+		t.Error("a negative disk bound passed Validate")
 	}
 	if err := (Policy{Images: []string{"["}}).Validate(); err == nil {
 		t.Error("a malformed image pattern passed Validate")

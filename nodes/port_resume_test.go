@@ -1,6 +1,7 @@
 package nodes_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strconv"
@@ -24,8 +25,22 @@ func TestExposedPortAfterResumeOnAnotherNode(t *testing.T) {
 	nodeA, nodeB := "pa-"+uuid.NewString()[:8], "pb-"+uuid.NewString()[:8]
 	rtA := dockerRuntime(t, nodeA)
 	// A leaves its sandbox behind, as a node that goes away does; it is
-	// A's to reap, so remove it here, before dockerRuntime's check.
-	t.Cleanup(func() { testenv.RemoveContainers(t, testenv.DockerClient(t), docker.LabelNode+"="+nodeA) })
+	// A's to reap, so remove it here (with its disk), before
+	// dockerRuntime's check.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		found, err := rtA.FindSandboxes(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		for _, fd := range found {
+			if err := fd.Sandbox.Shutdown(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+		testenv.RemoveContainers(t, testenv.DockerClient(t), docker.LabelNode+"="+nodeA)
+	})
 	rtB := dockerRuntime(t, nodeB)
 	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
 	ctx := testenv.Context(t, 3*time.Minute)

@@ -127,7 +127,7 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 		spec: runtime.Spec{
 			Tenant: tenant, SessionID: id, Node: a.cfg.ID, Epoch: epoch, Image: cs.Image,
 			Env: env, Labels: cs.Labels, CPUs: cs.CPUs, MemoryBytes: cs.MemoryBytes, WorkspaceRoot: root,
-			User: cs.User, PidsLimit: cs.PidsLimit,
+			User: cs.User, PidsLimit: cs.PidsLimit, DiskBytes: cs.DiskBytes,
 		},
 	}
 	s.setEgressLocked(commands.EffectiveEgress(cs.Network, cs.Egress)) // not yet shared

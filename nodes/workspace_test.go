@@ -19,6 +19,7 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/testenv"
 )
@@ -138,7 +139,8 @@ func TestResumeOnAnotherNode(t *testing.T) {
 			st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
 			ctx := testenv.Context(t, 3*time.Minute)
 			nodeA, nodeB := "a-"+uuid.NewString()[:8], "b-"+uuid.NewString()[:8]
-			a := startAgent(t, st, nodes.Config{ID: nodeA}, k.make(t, nodeA))
+			rtA := k.make(t, nodeA)
+			a := startAgent(t, st, nodes.Config{ID: nodeA}, rtA)
 			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image, SecretEnv: map[string]string{"TOKEN": "tok-123"}})
 			if err != nil || s.Node != nodeA {
 				t.Fatalf("create = %+v, %v", s, err)
@@ -177,9 +179,18 @@ func TestResumeOnAnotherNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkHashChain(t, st.Log, "default", s.SessionID)
-			// Node A's stopped sandbox is its own to reap; remove it here.
-			if k.name == "docker" {
-				testenv.RemoveContainers(t, testenv.DockerClient(t), "paddock.node="+nodeA)
+			// Node A's stopped sandbox is its own to reap; remove it here,
+			// with its disk.
+			if d, ok := rtA.(*docker.Runtime); ok {
+				found, err := d.FindSandboxes(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, fd := range found {
+					if err := fd.Sandbox.Shutdown(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 		})
 	}

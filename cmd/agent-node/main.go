@@ -118,6 +118,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if pol.MaxDiskBytes > 0 && dockerFlags.DefaultDiskBytes > pol.MaxDiskBytes {
+		return fmt.Errorf("--default-disk %d is over --max-disk %d", dockerFlags.DefaultDiskBytes, pol.MaxDiskBytes)
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}

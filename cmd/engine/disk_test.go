@@ -1,48 +1,30 @@
 package main
 
 import (
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/paddock-dev/paddock/cmd/internal/runtimes"
+	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
-// TestWarnSharedFilesystem: a state dir on the filesystem of Docker's
-// data root is warned about at start; one on another filesystem is not.
-// With Docker on this host, its real data root is asked for too.
-func TestWarnSharedFilesystem(t *testing.T) {
-	warned := func(state, root string) string {
-		var logs syncBuffer
-		warnSharedFilesystem(state, root, slog.New(slog.NewTextHandler(&logs, nil)))
-		return logs.String()
-	}
-	dir := t.TempDir()
-	root := filepath.Join(dir, "docker")
-	if err := os.Mkdir(root, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out := warned(dir, root); !strings.Contains(out, "same filesystem as Docker's data root") {
-		t.Errorf("state dir beside the data root: %q, want a warning", out)
-	}
-	if out := warned(testenv.Tmpfs(t, 1<<20), root); out != "" {
-		t.Errorf("state dir on its own filesystem: %q, want nothing", out)
-	}
-	if out := warned(dir, ""); out != "" {
-		t.Errorf("no Docker: %q, want nothing", out)
-	}
-	if _, err := os.Stat("/var/run/docker.sock"); err == nil {
-		ctx := testenv.Context(t, 30*time.Second)
-		got, err := runtimes.DockerRootDir(ctx)
-		if err != nil || !filepath.IsAbs(got) {
-			t.Fatalf("DockerRootDir = %q, %v; want the daemon's data root", got, err)
+// TestCLIDisk: sandbox create --disk asks a disk; a size over the node's
+// --max-disk is policy_denied, and a bad size is a usage error (exit 2).
+func TestCLIDisk(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{Node: nodes.Config{Policy: nodes.Policy{MaxDiskBytes: 1 << 30}}})
+	url := st.Broker.ClientURL()
+	for _, bad := range []string{"0", "lots", "-1g", "1k"} {
+		if code, _, errs := cli(t, url, "", "sandbox", "create", "--disk", bad); code != 2 || errs == "" {
+			t.Errorf("create --disk %s: exit %d, %q; want a usage error", bad, code, errs)
 		}
-		if _, err := os.Stat(got); err != nil {
-			t.Errorf("the data root %s: %v", got, err)
-		}
+	}
+	if code, _, errs := cli(t, url, "", "sandbox", "create", "--disk", "2g"); code == 0 || !strings.Contains(errs, "policy_denied") {
+		t.Errorf("create --disk 2g on a 1 GiB node: exit %d, %q; want policy_denied", code, errs)
+	}
+	id := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create", "--disk", "512m"))
+	defer cli(t, url, "", "sandbox", "delete", id)
+	evs, err := st.Log.Session(t.Context(), "default", id)
+	if err != nil || len(evs) < 1 || !strings.Contains(string(evs[0].Data), `"disk_bytes":536870912`) {
+		t.Fatalf("the create's start event does not record the disk asked: %+v", evs)
 	}
 }

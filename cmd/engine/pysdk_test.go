@@ -18,6 +18,7 @@ import (
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/paddock-dev/paddock/client"
+	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -140,9 +141,32 @@ func TestPythonProviderNodeLoss(t *testing.T) {
 			return nil
 		})
 	}
-	t.Cleanup(func() { // node A's container outlives its agent: remove it (and any other)
+	// Each node's sandbox disks, checked for leftovers at the end (after
+	// the cleanup below).
+	diskDirs := map[string]string{nodeA: testenv.DiskDir(t), nodeB: testenv.DiskDir(t)}
+	t.Cleanup(func() { // node A's container outlives its agent: remove it (and any other), with its disk
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		for _, n := range []string{nodeA, nodeB} {
+			rt, err := docker.New(docker.Config{Client: cli, Node: n, DiskDir: diskDirs[n]})
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			found, err := rt.FindSandboxes(ctx)
+			if err != nil {
+				t.Errorf("find node %s's sandboxes: %v", n, err)
+			}
+			for _, fd := range found {
+				if n == nodeB {
+					t.Errorf("sandbox %s left behind on node B", fd.SessionID)
+				}
+				if err := fd.Sandbox.Shutdown(ctx); err != nil {
+					t.Errorf("remove node %s's sandbox: %v", n, err)
+				}
+			}
+			_ = rt.Close()
+		}
 		for _, n := range []string{nodeA, nodeB} {
 			left, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "paddock.node="+n))})
 			if err != nil {
@@ -170,7 +194,7 @@ func TestPythonProviderNodeLoss(t *testing.T) {
 	})
 	startNode := func(id string) *exec.Cmd {
 		t.Helper()
-		cmd := exec.Command(agentNode, "--nats-url", url[1], "--creds", nodeCreds[id], "--id", id, "--runtime", "docker", "--allow-image", image)
+		cmd := exec.Command(agentNode, "--nats-url", url[1], "--creds", nodeCreds[id], "--id", id, "--runtime", "docker", "--allow-image", image, "--disk-dir", diskDirs[id])
 		nlogs := &syncBuffer{}
 		nodeLogs[id] = nlogs
 		cmd.Stdout, cmd.Stderr = nlogs, nlogs

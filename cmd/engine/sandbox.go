@@ -72,6 +72,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		image     string
 		cpus      float64
 		memory    string
+		disk      string
 		sessionID string
 		timeout   time.Duration
 		cwd       string
@@ -95,6 +96,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		fs.Var(nodeLabel, "node-label", "place only on a node with label K=V (agent-node --labels; repeatable)")
 		fs.Float64Var(&cpus, "cpus", 0, "CPU limit")
 		fs.StringVar(&memory, "memory", "", "memory limit, e.g. 512m or 2g")
+		fs.StringVar(&disk, "disk", "", "disk limit: all the sandbox may write (workspace, /tmp, ...), e.g. 4g (default: the node's)")
 		fs.StringVar(&sessionID, "id", "", "session id (default: a new UUID)")
 		fs.DurationVar(&lifetime, "lifetime", 0, "shut the session down this long after its create (default: the operator's)")
 		fs.DurationVar(&idle, "idle-timeout", 0, "stop the session after this long with no operation and no running process (default: the operator's)")
@@ -161,6 +163,14 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		if memory != "" {
 			if spec.MemoryBytes, err = bytesize.Parse(memory); err != nil {
 				return err
+			}
+		}
+		if disk != "" {
+			if spec.DiskBytes, err = bytesize.Parse(disk); err != nil {
+				return err
+			}
+			if spec.DiskBytes == 0 {
+				return usageErr("--disk 0: give a size, e.g. 4g (leave it out for the node's default)")
 			}
 		}
 		res, err := c.Create(ctx, spec)

@@ -155,6 +155,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	if pol.MaxDiskBytes > 0 && cfg.docker.DefaultDiskBytes > pol.MaxDiskBytes {
+		return usageErr("--default-disk %d is over --max-disk %d", cfg.docker.DefaultDiskBytes, pol.MaxDiskBytes)
+	}
 	maxStore, asked, err := cfg.storage.parse()
 	if err != nil {
 		return err
@@ -268,7 +271,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			var rts []runtime.Runtime
 			if !cfg.noLocalNode {
 				var closeRuntimes func() error
-				rts, closeRuntimes, err = runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback(), Docker: *cfg.docker}, logger)
+				rts, closeRuntimes, err = runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback(), Docker: *cfg.docker, StateDir: cfg.stateDir}, logger)
 				if err != nil {
 					return err
 				}

@@ -42,6 +42,31 @@ type Spec struct {
 	User string
 	// PidsLimit caps the sandbox's processes; 0 means the runtime's default.
 	PidsLimit int64
+	// DiskBytes bounds what the sandbox can write (workspace, /tmp and
+	// every other writable place); 0 means the runtime's default. A
+	// runtime that cannot bound it says so (DiskLimiter).
+	DiskBytes int64
+}
+
+// The mechanisms a runtime bounds a sandbox's disk with, as DiskLimit
+// reports them.
+const (
+	// DiskStorageOpt is Docker's per-container storage quota (--storage-opt
+	// size=; overlay2 on xfs with pquota, btrfs, zfs, devicemapper).
+	DiskStorageOpt = "storage-opt"
+	// DiskLoopFS is a file system image of the sandbox's own, loop-mounted
+	// by the node, holding every writable place of a read-only root.
+	DiskLoopFS = "loopfs"
+	// DiskNone is no bound at all.
+	DiskNone = "none"
+)
+
+// DiskLimiter is a sandbox that can say how its disk is bounded: the
+// bytes it may write and the mechanism (DiskStorageOpt, DiskLoopFS or
+// DiskNone, with bytes 0). A sandbox that does not implement it has no
+// bound.
+type DiskLimiter interface {
+	DiskLimit() (bytes int64, mechanism string)
 }
 
 // Sandbox is one running (or stopped) sandbox. Its methods are safe for

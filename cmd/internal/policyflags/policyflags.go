@@ -1,6 +1,6 @@
 // Package policyflags registers the operator policy flags that agent-node
 // and engine serve share (--allow-image, --allow-network, --allow-root,
-// --max-cpus, --max-memory, --max-pids, --default-lifetime,
+// --max-cpus, --max-memory, --max-pids, --max-disk, --default-lifetime,
 // --max-lifetime) and builds a nodes.Policy from
 // them.
 package policyflags
@@ -22,6 +22,7 @@ type Flags struct {
 	root    bool
 	cpus    float64
 	memory  string
+	disk    string
 	pids    int64
 	// defaultLife and maxLife are the session lifetimes.
 	defaultLife, maxLife time.Duration
@@ -35,6 +36,10 @@ type Flags struct {
 // back), so that forgotten sandboxes do not hold a node's capacity.
 const DefaultIdleTimeout = 30 * time.Minute
 
+// DefaultMaxDisk is --max-disk's default: a create may ask up to 20 GiB of
+// disk (the default it gets is --default-disk's 2 GiB).
+const DefaultMaxDisk = "20g"
+
 // Register adds the policy flags to fs.
 func Register(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
@@ -47,6 +52,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.Float64Var(&f.cpus, "max-cpus", 0, "most cpus a create may ask (0: no bound)")
 	fs.StringVar(&f.memory, "max-memory", "", "most memory a create may ask, e.g. 4g (default: no bound)")
 	fs.Int64Var(&f.pids, "max-pids", 0, "most processes a create may ask (0: no bound)")
+	fs.StringVar(&f.disk, "max-disk", DefaultMaxDisk, "most disk a create may ask, e.g. 20g (0: no bound; the default a create gets is --default-disk)")
 	fs.DurationVar(&f.defaultLife, "default-lifetime", 0, "lifetime of a session whose create asks for none (0: --max-lifetime)")
 	fs.DurationVar(&f.maxLife, "max-lifetime", 0, "longest lifetime a create may ask; past its lifetime a session is shut down (0: no bound)")
 	fs.DurationVar(&f.defaultIdle, "idle-timeout", DefaultIdleTimeout, "stop (persisting first) a session with no operation and no running process for this long, unless its create asks otherwise (0: never)")
@@ -66,6 +72,13 @@ func (f *Flags) Policy() (nodes.Policy, error) {
 			return p, fmt.Errorf("--max-memory: %w", err)
 		}
 		p.MaxMemoryBytes = n
+	}
+	if f.disk != "" {
+		n, err := bytesize.Parse(f.disk)
+		if err != nil {
+			return p, fmt.Errorf("--max-disk: %w", err)
+		}
+		p.MaxDiskBytes = n
 	}
 	if err := p.Validate(); err != nil {
 		return p, err

@@ -24,7 +24,9 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -54,8 +56,12 @@ type Options struct {
 	// DockerPresent reports whether this host has Docker (default: the
 	// DOCKER_HOST variable or the daemon's socket); tests replace it.
 	DockerPresent func() bool
-	// Docker holds the supervisor and warm-pool settings.
+	// Docker holds the supervisor, warm-pool and disk settings.
 	Docker DockerFlags
+	// StateDir, when set, is the node's JetStream state: a warning says
+	// so when Docker's data root or the disk directory share its file
+	// system (a sandbox filling them would fill the event store's disk).
+	StateDir string
 }
 
 // dockerPresent reports whether this host has Docker: DOCKER_HOST is set,
@@ -99,6 +105,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 			return nil, nil, err
 		}
 		ensureBaseImage(ctx, rt, logger)
+		diskReport(ctx, rt, opts, logger)
 		if err := startPools(ctx, rt, opts, logger); err != nil {
 			return nil, nil, errors.Join(err, rt.Close())
 		}
@@ -110,6 +117,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 				return nil, nil, fmt.Errorf("this host has Docker but its daemon did not answer within %s; not falling back to the local runtime, which is no security boundary (start Docker, or name --runtime local): %w", opts.DockerWait, err)
 			}
 			ensureBaseImage(ctx, rt, logger)
+			diskReport(ctx, rt, opts, logger)
 			if err := startPools(ctx, rt, opts, logger); err != nil {
 				return nil, nil, errors.Join(err, rt.Close())
 			}
@@ -120,6 +128,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 		}
 		logger.Warn("no Docker on this host; using the local runtime, which is no security boundary")
 	}
+	logger.Warn("the local runtime bounds no sandbox's disk (disk_limit none)")
 	rt, err := local.New(local.Config{Dir: opts.LocalDir})
 	if err != nil {
 		return nil, nil, err
@@ -138,6 +147,51 @@ func ensureBaseImage(ctx context.Context, rt *docker.Runtime, logger *slog.Logge
 		logger.Warn("no sandbox base image", "image", docker.BaseImage, "err", err)
 	case built:
 		logger.Info("built the sandbox base image", "image", docker.BaseImage)
+	}
+}
+
+// diskReport probes how the runtime bounds sandboxes' disks and says it
+// on the log: a warning when it cannot, and when the disk directory
+// shares the state directory's file system.
+func diskReport(ctx context.Context, rt *docker.Runtime, opts Options, logger *slog.Logger) {
+	ds, err := rt.ProbeDisk(ctx, docker.BaseImage)
+	switch {
+	case err != nil:
+		logger.Warn("cannot probe the sandboxes' disk limit yet; the first create will", "err", err)
+	case ds.Mechanism == runtime.DiskNone:
+		logger.Warn("sandboxes get no disk limit: one can fill this host's disk", "why", ds.Why)
+	default:
+		logger.Info("sandbox disk limit", "mechanism", ds.Mechanism, "default_bytes", opts.Docker.DefaultDiskBytes, "why_not_better", ds.Why)
+	}
+	if opts.StateDir == "" {
+		return
+	}
+	// Docker's data root is the engine's own warning (warnSharedFilesystem).
+	if dir, err := opts.Docker.diskDir(opts.Node); err == nil && ds.Mechanism == runtime.DiskLoopFS && sameFileSystem(dir, opts.StateDir) {
+		logger.Warn("the state directory shares a file system with the sandboxes' disks: a full disk stops the event store; put them on separate file systems",
+			"state_dir", opts.StateDir, "disk_dir", dir)
+	}
+}
+
+// sameFileSystem reports whether a and b (or their nearest existing
+// parents) are on one file system.
+func sameFileSystem(a, b string) bool {
+	da, oka := deviceOf(a)
+	db, okb := deviceOf(b)
+	return oka && okb && da == db
+}
+
+func deviceOf(p string) (uint64, bool) {
+	for {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err == nil {
+			return uint64(st.Dev), true
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return 0, false
+		}
+		p = parent
 	}
 }
 
@@ -199,7 +253,12 @@ func openDocker(ctx context.Context, opts Options, logger *slog.Logger) (*docker
 		}
 		opts.Docker.bin, opts.Docker.dir, opts.Docker.resolved = bin, dir, true
 	}
-	rt, err := docker.New(docker.Config{Node: opts.Node, Supervisor: opts.Docker.bin, SupervisorDir: opts.Docker.dir})
+	diskDir, err := opts.Docker.diskDir(opts.Node)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := docker.New(docker.Config{Node: opts.Node, Supervisor: opts.Docker.bin, SupervisorDir: opts.Docker.dir,
+		DefaultDiskBytes: opts.Docker.DefaultDiskBytes, DiskDir: diskDir})
 	if err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}

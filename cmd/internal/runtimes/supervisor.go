@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
+	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/supervisor"
 )
@@ -35,6 +36,12 @@ type DockerFlags struct {
 	Pools []docker.PoolSpec
 	// PoolMaxIdle renews pool containers older than it.
 	PoolMaxIdle time.Duration
+	// DefaultDiskBytes bounds what a sandbox whose create asks no disk may
+	// write (--default-disk, 2 GiB).
+	DefaultDiskBytes int64
+	// DiskDir holds the sandboxes' loopfs disk images (--disk-dir;
+	// default under the user's cache directory, per node).
+	DiskDir string
 
 	// bin and dir are what supervisorConfig resolved, once resolved.
 	bin, dir string
@@ -56,7 +63,34 @@ func RegisterDockerFlags(fs *flag.FlagSet) *DockerFlags {
 		return nil
 	})
 	fs.DurationVar(&f.PoolMaxIdle, "pool-max-idle", 10*time.Minute, "renew a pool sandbox nobody has claimed for this long")
+	f.DefaultDiskBytes = docker.DefaultDiskBytes
+	fs.Func("default-disk", "disk a Docker sandbox may write (workspace, /tmp, everything) when its create asks none, e.g. 2g (default 2g; --max-disk bounds what a create may ask)", func(s string) error {
+		n, err := bytesize.Parse(s)
+		if err != nil {
+			return err
+		}
+		if n < commands.MinDisk {
+			return fmt.Errorf("%d bytes is below the %d-byte minimum", n, commands.MinDisk)
+		}
+		f.DefaultDiskBytes = n
+		return nil
+	})
+	fs.StringVar(&f.DiskDir, "disk-dir", "", "directory of the Docker sandboxes' disk images where the host needs them (loopfs); keep it on another file system than --state-dir, and across restarts (default: under the user's cache directory)")
 	return f
+}
+
+// diskDir returns the disk directory for node: --disk-dir, or a per-node
+// directory under the user's cache directory.
+func (f DockerFlags) diskDir(node string) (string, error) {
+	dir := f.DiskDir
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		dir = filepath.Join(base, "paddock", "disk", node)
+	}
+	return filepath.Abs(dir)
 }
 
 // supervisorConfig resolves the supervisor binary and its socket

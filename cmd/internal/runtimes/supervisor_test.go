@@ -1,6 +1,8 @@
 package runtimes
 
 import (
+	"flag"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -69,6 +71,30 @@ func TestParsePool(t *testing.T) {
 		got, err := ParsePool(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("ParsePool(%q) = %+v, %v; want %+v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestDiskFlags(t *testing.T) {
+	parse := func(args ...string) (*DockerFlags, error) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f := RegisterDockerFlags(fs)
+		return f, fs.Parse(args)
+	}
+	f, err := parse()
+	if err != nil || f.DefaultDiskBytes != docker.DefaultDiskBytes {
+		t.Fatalf("default: %d, %v; want %d", f.DefaultDiskBytes, err, docker.DefaultDiskBytes)
+	}
+	if dir, err := f.diskDir("n1"); err != nil || !filepath.IsAbs(dir) || filepath.Base(dir) != "n1" {
+		t.Fatalf("default disk dir %q, %v", dir, err)
+	}
+	if f, err = parse("--default-disk", "4g", "--disk-dir", "/srv/disks"); err != nil || f.DefaultDiskBytes != 4<<30 || f.DiskDir != "/srv/disks" {
+		t.Fatalf("--default-disk 4g: %+v, %v", f, err)
+	}
+	for _, bad := range []string{"0", "1k", "-2g", "lots"} {
+		if _, err := parse("--default-disk", bad); err == nil {
+			t.Errorf("--default-disk %s: accepted", bad)
 		}
 	}
 }

@@ -13,7 +13,9 @@
 //	processes      pids limit 512 (Spec.PidsLimit)
 //	memory         512 MiB, swap equal to memory (no swap) (Spec.MemoryBytes)
 //	cpu            1 CPU (Spec.CPUs)
-//	logs           json-file, max-size 1m, one file: a sandbox cannot fill the disk
+//	disk           2 GiB for everything it writes (Spec.DiskBytes): storage-opt, or a
+//	               loopfs image under a read-only root; see disk.go
+//	logs           json-file, max-size 1m, one file
 //	init           Docker's init as pid 1, so orphans are reaped
 //
 // Every container is named paddock-<tenant>-<session> (with .e<epoch> after
@@ -101,7 +103,8 @@
 // extracts the incoming archive as it streams into .paddock/staging-* beside
 // the workspace root, owned by the sandbox user, and its commit moves the
 // workspace's entries out and the staged ones in, all or nothing; see
-// workspace.go for why entries and not the root are moved.
+// workspace.go for why entries and not the root are moved. On a loopfs
+// disk the node does the moves on its own mount of the disk (swap.go).
 //
 // # Lifecycle
 //

@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 
+	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 )
@@ -83,15 +84,36 @@ type Config struct {
 	// SupervisorWait bounds how long a create waits for its supervisor to
 	// say hello before it goes on without (default 5s).
 	SupervisorWait time.Duration
+	// DefaultDiskBytes bounds what a sandbox whose spec names no disk may
+	// write (default DefaultDiskBytes, 2 GiB); see disk.go.
+	DefaultDiskBytes int64
+	// DiskDir holds the loopfs disk images, one directory per container
+	// (an absolute path; empty: no loopfs). Keep it on another file system
+	// than the node's state, and across restarts of the node.
+	DiskDir string
+	// DiskMechanism forces a disk-limit mechanism (runtime.DiskStorageOpt,
+	// runtime.DiskLoopFS, runtime.DiskNone); empty probes for the best.
+	DiskMechanism string
 }
 
 // Validate returns an error for a negative limit or timeout.
 func (c Config) Validate() error {
-	if c.DefaultPidsLimit < 0 || c.DefaultMemoryBytes < 0 || c.DefaultCPUs < 0 || c.PullTimeout < 0 || c.StopTimeout < 0 || c.SupervisorWait < 0 {
+	if c.DefaultPidsLimit < 0 || c.DefaultMemoryBytes < 0 || c.DefaultCPUs < 0 || c.PullTimeout < 0 || c.StopTimeout < 0 || c.SupervisorWait < 0 || c.DefaultDiskBytes < 0 {
 		return errors.New("docker: negative limit or timeout in config")
 	}
 	if c.Supervisor != "" && (!filepath.IsAbs(c.Supervisor) || !filepath.IsAbs(c.SupervisorDir)) {
 		return errors.New("docker: the supervisor binary and its socket directory must be absolute paths")
+	}
+	if c.DiskDir != "" && !filepath.IsAbs(c.DiskDir) {
+		return errors.New("docker: the disk directory must be an absolute path")
+	}
+	if c.DefaultDiskBytes != 0 && c.DefaultDiskBytes < commands.MinDisk {
+		return fmt.Errorf("docker: the default disk %d is below the %d-byte minimum", c.DefaultDiskBytes, commands.MinDisk)
+	}
+	switch c.DiskMechanism {
+	case "", runtime.DiskStorageOpt, runtime.DiskLoopFS, runtime.DiskNone:
+	default:
+		return fmt.Errorf("docker: disk mechanism %q is not one of %s, %s, %s", c.DiskMechanism, runtime.DiskStorageOpt, runtime.DiskLoopFS, runtime.DiskNone)
 	}
 	return nil
 }
@@ -121,6 +143,9 @@ func (c Config) withDefaults() Config {
 	if c.SupervisorWait == 0 {
 		c.SupervisorWait = 5 * time.Second
 	}
+	if c.DefaultDiskBytes == 0 {
+		c.DefaultDiskBytes = DefaultDiskBytes
+	}
 	return c
 }
 
@@ -142,6 +167,13 @@ type Runtime struct {
 	links map[string]*link
 	// pools are the warm pools, once StartPools ran (guarded by mu).
 	pools *pools
+
+	dmu sync.Mutex // guards the fields below
+	// diskSupport is ProbeDisk's answer, once it has one.
+	diskSupport *DiskSupport
+	// disksMaking counts the creates making each loopfs directory, by
+	// container name (the reaper leaves those alone).
+	disksMaking map[string]int
 }
 
 // New returns a Docker runtime, or an error for an invalid config or a
@@ -163,7 +195,7 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("docker: supervisor directory: %w", err)
 		}
 	}
-	r := &Runtime{cli: cfg.Client, cfg: cfg.withDefaults(), rootReady: map[string]bool{}, links: map[string]*link{}}
+	r := &Runtime{cli: cfg.Client, cfg: cfg.withDefaults(), rootReady: map[string]bool{}, links: map[string]*link{}, disksMaking: map[string]int{}}
 	if r.cli == nil {
 		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 		if err != nil {
@@ -266,7 +298,15 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, name string, ad
 	if adjust != nil {
 		adjust(opts.config)
 	}
-	sb := &Sandbox{r: r, name: name, root: opts.root, user: opts.config.User}
+	d, err := r.diskFor(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer r.diskBusy(name)()
+	if err := r.applyDisk(ctx, &d, name, &opts); err != nil {
+		return nil, err
+	}
+	sb := &Sandbox{r: r, name: name, root: opts.root, user: opts.config.User, disk: d}
 	r.withSupervisor(sb, &opts)
 	fail := func(err error) (*Sandbox, error) {
 		if sb.id != "" {
@@ -278,11 +318,15 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, name string, ad
 			r.removeFailed(name, opts.config.Labels)
 		}
 		sb.dropLink()
+		if rerr := releaseDisk(d); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		return nil, err
 	}
 	resp, err := r.cli.ContainerCreate(ctx, opts.config, opts.host, nil, nil, name)
 	if err != nil {
 		if errdefs.IsConflict(err) {
+			// The disk directory is the existing container's: keep it.
 			sb.dropLink()
 			return nil, errcode.New(errcode.AlreadyExists, "a container named %s already exists", name)
 		}
@@ -292,7 +336,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, name string, ad
 	if onCreated != nil {
 		onCreated(resp.ID)
 	}
-	if _, err := sb.owner(ctx); err != nil {
+	o, err := sb.owner(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if err := chownLoopFS(d, o); err != nil {
 		return fail(err)
 	}
 	if err := r.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
@@ -323,8 +371,10 @@ func (r *Runtime) options(spec runtime.Spec) (created, error) {
 		return bad("docker: tenant and session id are required")
 	case spec.Image == "":
 		return bad("docker: an image is required")
-	case spec.PidsLimit < 0 || spec.MemoryBytes < 0 || spec.CPUs < 0:
-		return bad("docker: negative pids, memory or cpu limit")
+	case spec.PidsLimit < 0 || spec.MemoryBytes < 0 || spec.CPUs < 0 || spec.DiskBytes < 0:
+		return bad("docker: negative pids, memory, cpu or disk limit")
+	case spec.DiskBytes > 0 && (spec.DiskBytes < commands.MinDisk || spec.DiskBytes > commands.MaxDisk):
+		return bad("docker: disk %d is outside %d..%d bytes", spec.DiskBytes, int64(commands.MinDisk), int64(commands.MaxDisk))
 	case spec.MemoryBytes > 0 && spec.MemoryBytes < 6<<20:
 		return bad("docker: memory %d is below Docker's 6 MiB minimum", spec.MemoryBytes)
 	}

@@ -30,12 +30,17 @@ func supervisedRuntime(t *testing.T) *docker.Runtime {
 	return newRuntimeWith(t, docker.Config{Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDir(t)})
 }
 
-// newRuntimeWith is newRuntime with cfg (its Client and Node are set).
+// newRuntimeWith is newRuntime with cfg (its Client and Node are set,
+// and a disk directory of the test's when it names none: the sandboxes
+// get loopfs disks where the host offers them).
 func newRuntimeWith(t *testing.T, cfg docker.Config) *docker.Runtime {
 	t.Helper()
 	cli := testenv.DockerClient(t)
 	node := "test-" + uuid.NewString()
 	cfg.Client, cfg.Node = cli, node
+	if cfg.DiskDir == "" && cfg.DiskMechanism == "" {
+		cfg.DiskDir = testenv.DiskDir(t) // checks that no disk is left behind
+	}
 	rt, err := docker.New(cfg)
 	if err != nil {
 		t.Fatal(err)

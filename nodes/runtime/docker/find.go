@@ -64,7 +64,7 @@ func (r *Runtime) FindSandboxes(ctx context.Context) ([]runtime.Found, error) {
 			}
 		}
 		name := strings.TrimPrefix(ins.Name, "/")
-		sb := &Sandbox{r: r, id: c.ID, name: name, root: root, user: user}
+		sb := &Sandbox{r: r, id: c.ID, name: name, root: root, user: user, disk: r.foundDisk(c.Labels[LabelDisk], name)}
 		if claim != nil {
 			sb.env, sb.claimFile, sb.pooled = claim.Env, r.claimPath(c.ID), true
 			maps.Copy(env, claim.Env)
@@ -82,6 +82,9 @@ func (r *Runtime) FindSandboxes(ctx context.Context) ([]runtime.Found, error) {
 		})
 	}
 	if err := r.reapPool(ctx); err != nil {
+		return out, err
+	}
+	if _, err := r.reapDisks(ctx); err != nil {
 		return out, err
 	}
 	return out, nil

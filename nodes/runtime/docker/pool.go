@@ -138,7 +138,7 @@ func (r *Runtime) StartPools(ctx context.Context, cfg PoolConfig) error {
 		if _, err := r.options(runtime.Spec{Tenant: "pool", SessionID: "check", Image: p.Image, CPUs: p.CPUs, MemoryBytes: p.MemoryBytes, PidsLimit: p.PidsLimit}); err != nil {
 			return fmt.Errorf("docker: pool of %s: %w", p.Image, err)
 		}
-		k := r.poolKey(p.Image, p.CPUs, p.MemoryBytes, p.PidsLimit)
+		k := r.poolKey(p.Image, p.CPUs, p.MemoryBytes, p.PidsLimit, 0)
 		if seen[k] {
 			return fmt.Errorf("docker: two pools of %s with the same limits", p.Image)
 		}
@@ -168,7 +168,12 @@ func (r *Runtime) claimDir() string { return filepath.Join(r.cfg.SupervisorDir, 
 
 // poolKey names a pool by its image and effective limits (zeros take the
 // runtime's defaults), so that a create's spec and a pool's compare alike.
-func (r *Runtime) poolKey(image string, cpus float64, mem, pids int64) string {
+// Pool containers have the default disk: a create that asks another takes
+// none.
+func (r *Runtime) poolKey(image string, cpus float64, mem, pids, disk int64) string {
+	if disk == 0 {
+		disk = r.cfg.DefaultDiskBytes
+	}
 	if cpus == 0 {
 		cpus = r.cfg.DefaultCPUs
 	}
@@ -178,11 +183,11 @@ func (r *Runtime) poolKey(image string, cpus float64, mem, pids int64) string {
 	if pids == 0 {
 		pids = r.cfg.DefaultPidsLimit
 	}
-	return fmt.Sprintf("%s|%g|%d|%d", image, cpus, mem, pids)
+	return fmt.Sprintf("%s|%g|%d|%d|%d", image, cpus, mem, pids, disk)
 }
 
 func (p *pools) key(spec PoolSpec) string {
-	return p.r.poolKey(spec.Image, spec.CPUs, spec.MemoryBytes, spec.PidsLimit)
+	return p.r.poolKey(spec.Image, spec.CPUs, spec.MemoryBytes, spec.PidsLimit, 0)
 }
 
 // PoolFree returns how many ready containers each pool holds now.
@@ -345,7 +350,7 @@ func (r *Runtime) claim(ctx context.Context, spec runtime.Spec) (*Sandbox, error
 	if p == nil || !r.matchesPool(spec) {
 		return nil, nil
 	}
-	key := r.poolKey(spec.Image, spec.CPUs, spec.MemoryBytes, spec.PidsLimit)
+	key := r.poolKey(spec.Image, spec.CPUs, spec.MemoryBytes, spec.PidsLimit, spec.DiskBytes)
 	if !p.has(key) {
 		return nil, nil
 	}
@@ -463,6 +468,11 @@ func (r *Runtime) removeStalePool(ctx context.Context, keep func(container.Summa
 		}
 		if err := r.cli.ContainerRemove(ctx, sb.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
 			return r.wrap(err, "remove a stale pool container")
+		}
+		if d := r.foundDisk(c.Labels[LabelDisk], summaryName(c)); d.dir != "" {
+			if err := releaseDisk(d); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,8 +172,10 @@ func TestPoolHardenedLikeCold(t *testing.T) {
 		}
 	}
 	for _, m := range wh.Mounts {
-		if !m.ReadOnly {
-			t.Errorf("pool container mount %s is writable", m.Target)
+		// Only the disk's directories (loopfs) are writable.
+		loopfs := strings.HasPrefix(w.Config.Labels[docker.LabelDisk], runtime.DiskLoopFS+":")
+		if !m.ReadOnly && !(loopfs && strings.Contains(m.Source, "/mnt/")) {
+			t.Errorf("pool container mount %s (%s) is writable", m.Target, m.Source)
 		}
 	}
 	if got := sh(t, warm, "id -u; id -g; stat -c '%u:%g' /workspace"); got != "65534\n65534\n65534:65534\n" {
@@ -395,5 +398,29 @@ func TestSupervisorDirPrivate(t *testing.T) {
 	defer rt.Close()
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("supervisor directory: %v, %v; want 0700", fi.Mode(), err)
+	}
+}
+
+// TestPoolDisk: pool containers have the default disk; a create asking
+// that disk claims one, a create asking another makes its own.
+func TestPoolDisk(t *testing.T) {
+	rt, image := pooledRuntime(t, 1, 0)
+	other := spec(rt, image)
+	other.DiskBytes = 64 << 20
+	sb := create(t, rt, other)
+	if _, p, _ := sb.Provenance(); p {
+		t.Error("a create asking a 64 MiB disk claimed a pool container of the default disk")
+	}
+	if b, m := sb.DiskLimit(); m != runtime.DiskNone && b != 64<<20 {
+		t.Errorf("its disk: %d by %s, want 64 MiB", b, m)
+	}
+	def := spec(rt, image)
+	def.DiskBytes = docker.DefaultDiskBytes
+	pooled := create(t, rt, def)
+	if _, p, _ := pooled.Provenance(); !p {
+		t.Fatal("a create asking the default disk was not claimed from the pool")
+	}
+	if b, m := pooled.DiskLimit(); m != runtime.DiskNone && b != docker.DefaultDiskBytes {
+		t.Errorf("the pooled container's disk: %d by %s, want the default", b, m)
 	}
 }

@@ -38,6 +38,8 @@ type Sandbox struct {
 	claimFile string
 	pooled    bool
 	claim     time.Duration
+	// disk is the sandbox's disk limit (disk.go).
+	disk disk
 
 	// life orders the container's state changes: Start, Stop and Remove on
 	// a stopped sandbox (which starts the container for its rm and stops it
@@ -89,6 +91,9 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	}
 	s.life.Lock()
 	defer s.life.Unlock()
+	if err := ensureMounted(ctx, s.disk); err != nil {
+		return err
+	}
 	if err := s.r.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 		switch {
 		case errdefs.IsNotFound(err):
@@ -136,15 +141,18 @@ func (s *Sandbox) stopContainer(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown removes the container and its anonymous volumes. It is
-// idempotent: a container already gone is fine. Only an engine failure
-// (runtime_error, or unavailable when ctx ends) is an error, and the
-// sandbox stays usable then.
+// Shutdown removes the container and its anonymous volumes, then its
+// loopfs disk (unmounted, the image deleted). It is idempotent: a
+// container already gone is fine. Only an engine failure (runtime_error,
+// or unavailable when ctx ends) is an error, and the sandbox stays usable
+// then; a disk that cannot be unmounted is runtime_error too, and the
+// reaper tries again.
 func (s *Sandbox) Shutdown(ctx context.Context) error {
 	err := s.r.cli.ContainerRemove(ctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errdefs.IsNotFound(err) {
 		return s.r.wrap(err, "remove container")
 	}
+	derr := releaseDisk(s.disk)
 	s.dropLink()
 	if s.claimFile != "" {
 		_ = os.Remove(s.claimFile)
@@ -159,7 +167,7 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 		cancel()
 	}
 	s.bg.Wait()
-	return nil
+	return derr
 }
 
 // goBackground runs f in a goroutine that Shutdown ends (through f's ctx)
@@ -313,6 +321,9 @@ func (s *Sandbox) readSmall(ctx context.Context, abs string) ([]byte, error) {
 // whether the image already has it right, and later ones skip the copy
 // when it has.
 func (r *Runtime) prepare(ctx context.Context, sb *Sandbox, imageID string) error {
+	if sb.disk.mechanism == runtime.DiskLoopFS {
+		return nil // the root is the disk's directory, given to the user already
+	}
 	o, err := sb.owner(ctx)
 	if err != nil {
 		return err

@@ -161,7 +161,12 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 	if err != nil {
 		return archive.Stats{}, nil, nil, err
 	}
-	parent := path.Dir(s.root)
+	// Into the parent, making the holder; on a loopfs the holder is a
+	// mount of the disk's (the read-only root takes no copy) and exists.
+	dest, prefix := path.Dir(s.root), holderName+"/"
+	if s.disk.mechanism == runtime.DiskLoopFS {
+		dest, prefix = path.Join(path.Dir(s.root), holderName), ""
+	}
 	name := stagingPrefix + rand.Text()
 	pr, pw := io.Pipe()
 	type result struct {
@@ -170,11 +175,11 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 	}
 	done := make(chan result, 1)
 	go func() { // ends when r is drained or the copy below stops reading
-		st, err := archive.CopyUnder(pw, r, lim, o.uid, o.gid, holderName+"/"+name)
+		st, err := archive.CopyUnder(pw, r, lim, o.uid, o.gid, prefix+name)
 		pw.CloseWithError(err)
 		done <- result{st, err}
 	}()
-	cerr := s.r.cli.CopyToContainer(ctx, s.id, parent, pr, container.CopyToContainerOptions{})
+	cerr := s.r.cli.CopyToContainer(ctx, s.id, dest, pr, container.CopyToContainerOptions{})
 	pr.CloseWithError(cerr)
 	out := <-done
 	if out.err != nil || cerr != nil {
@@ -219,6 +224,19 @@ func (s *Sandbox) swapIn(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
 	holder := path.Join(path.Dir(s.root), holderName)
+	if s.disk.mechanism == runtime.DiskLoopFS {
+		// The workspace and the holder are two mounts of one disk inside
+		// the container (a rename between them would copy): the node
+		// renames on its own mount of the disk instead.
+		if err := s.swapHost(ctx, name, oldPrefix+rand.Text(), ".paddock-old-"+rand.Text()); err != nil {
+			if !errors.Is(err, errHalfSwapped) {
+				s.discard(ctx, name)
+			}
+			return err
+		}
+		s.goBackground(func(ctx context.Context) { s.removeTrees(ctx, name, oldPrefix) })
+		return nil
+	}
 	spec := runtime.ExecSpec{
 		Argv: []string{"/bin/sh", "-c", commitScript, "paddock-commit", s.root,
 			path.Join(holder, name), path.Join(holder, oldPrefix+rand.Text()), ".paddock-old-" + rand.Text()},

@@ -284,12 +284,15 @@ func copyIn(t *testing.T, sb *docker.Sandbox, dir string, h tar.Header) {
 // TestHydrateCannotMove: an entry the sandbox user may not move (a
 // directory of uid 0's at the top of the workspace: its ".." cannot be
 // rewritten) fails the hydrate with the workspace as it was, the entries
-// moved before it moved back, modes included. A hydrate gives such a
-// directory to the user and commits again (TestHydrateUnmovableEntries):
-// that is turned off here, to reach the rollback.
+// moved before it moved back, modes included. This is the swap by exec
+// (no loopfs disk: on one the node swaps as root, and such an entry
+// moves). A hydrate gives such a directory to the user and commits again
+// (TestHydrateUnmovableEntries): that is turned off here, to reach the
+// rollback.
 func TestHydrateCannotMove(t *testing.T) {
 	defer docker.SetReown(false)()
-	sb := sandbox(t)
+	rt := newRuntimeWith(t, docker.Config{DiskMechanism: runtime.DiskNone})
+	sb := create(t, rt, spec(rt, testenv.SandboxBaseImage(t)))
 	sh(t, sb, "mkdir -p a/ro && echo x > a/ro/f && chmod 0555 a/ro a && echo b > b")
 	copyIn(t, sb, "/workspace", tar.Header{Name: "zz-root/", Typeflag: tar.TypeDir, Mode: 0o755})
 	before := exported(t, sb)

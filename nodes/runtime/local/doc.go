@@ -6,7 +6,9 @@
 // network and process table; only Paddock's own file operations (read,
 // write, ls, rm, mkdir) are confined to the workspace, through os.Root, so
 // that neither paths nor symlinks planted by a command lead them outside.
-// Use the Docker runtime for untrusted code.
+// Use the Docker runtime for untrusted code. Nor does it bound a sandbox's
+// disk (Spec.DiskBytes is ignored; the create's finish records disk_limit
+// mechanism none): its processes can write anywhere the node's user can.
 //
 // A sandbox lives in <Config.Dir>/<tenant>/<session>/workspace. Its
 // lifecycle:

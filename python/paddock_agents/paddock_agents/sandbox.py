@@ -93,6 +93,8 @@ class PaddockSandboxClientOptions(BaseSandboxClientOptions):
     node_labels: dict[str, str] = Field(default_factory=dict)
     cpus: float | None = None
     memory_bytes: int | None = None
+    # disk_bytes (contract 1.5): all the sandbox may write (workspace, /tmp, ...); None: the node's default.
+    disk_bytes: int | None = None
     pids_limit: int | None = None
     lifetime_s: int | None = None
     idle_timeout_s: int | None = None
@@ -109,7 +111,7 @@ class PaddockSandboxClientOptions(BaseSandboxClientOptions):
     def create_args(self, *, session_id: str, workspace_root: str) -> dict[str, Any]:
         """The args of Paddock's create for these options."""
         args: dict[str, Any] = {"session_id": session_id}
-        for key in ("runtime", "image", "cpus", "memory_bytes", "pids_limit", "lifetime_s", "idle_timeout_s", "max_processes", "network", "user"):
+        for key in ("runtime", "image", "cpus", "memory_bytes", "disk_bytes", "pids_limit", "lifetime_s", "idle_timeout_s", "max_processes", "network", "user"):
             value = getattr(self, key)
             if value is not None:
                 args[key] = value

@@ -1,0 +1,97 @@
+package testenv
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DiskDir returns a fresh directory for a Docker runtime's loopfs disks
+// (docker.Config.DiskDir). When the test ends, after the cleanups
+// registered later (which shut the test's sandboxes down), it fails the
+// test for anything left under it: a file, a mount, a loop device backed
+// by an image in it; and then removes what it found.
+func DiskDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "paddock-disks-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, m := range MountsUnder(t, dir) {
+			t.Errorf("mount %s left behind", m)
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+		// A lazily detached disk (a container being made held it at its
+		// unmount) frees its loop device when the last reference goes.
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			l := LoopDevicesUnder(t, dir)
+			if len(l) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("loop devices %v left behind", l)
+				break
+			}
+			time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Errorf("read disk directory: %v", err)
+		}
+		for _, e := range entries {
+			t.Errorf("disk directory %s left behind", e.Name())
+		}
+		if len(MountsUnder(t, dir)) == 0 {
+			_ = os.RemoveAll(dir)
+		}
+	})
+	return dir
+}
+
+// MountsUnder returns the mount points at or under dir, from
+// /proc/self/mountinfo.
+func MountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := strings.ReplaceAll(fields[4], `\040`, " ")
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// LoopDevicesUnder returns the loop devices whose backing file lies under
+// dir, from /sys/block/loop*/loop/backing_file.
+func LoopDevicesUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		if back := strings.TrimSpace(string(b)); strings.HasPrefix(back, dir+"/") {
+			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(f)))+" ("+back+")")
+		}
+	}
+	return out
+}
