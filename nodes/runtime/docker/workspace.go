@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -390,7 +392,15 @@ func (s *Sandbox) discardFailed(ctx context.Context, name string) {
 // start with one of the prefixes, as the sandbox user, who owns the holder
 // and what a hydrate extracted. What it cannot remove stays, outside the
 // workspace.
+//
+// On a loopfs disk the node removes them as root on its own mount of the
+// disk, so that what the sandbox's user cannot remove (a directory the
+// Docker API left owned by root, moved aside by a hydrate) goes too.
 func (s *Sandbox) removeTrees(ctx context.Context, prefixes ...string) {
+	if s.disk.mechanism == runtime.DiskLoopFS {
+		_ = removeTreesHost(filepath.Join(s.disk.mnt(), diskHolder), prefixes...) // best effort, as the exec
+		return
+	}
 	_, _ = s.Exec(ctx, runtime.ExecSpec{
 		Argv: append([]string{"/bin/sh", "-c", removeTreesScript, "paddock-rmtree",
 			path.Join(path.Dir(s.root), holderName)}, prefixes...),
@@ -414,4 +424,35 @@ func (s *Sandbox) ExportWorkspace(ctx context.Context, w io.Writer, skip archive
 		return st, errcode.Wrap(errcode.RuntimeError, err, "export workspace")
 	}
 	return st, nil
+}
+
+// removeTreesHost removes the entries of the directory holder whose names
+// start with one of prefixes. It goes through an os.Root: nothing the
+// sandbox put there (a symlink, a directory swapped in meanwhile) leads
+// it out of holder.
+func removeTreesHost(holder string, prefixes ...string) error {
+	root, err := os.OpenRoot(holder)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	dir, err := root.Open(".")
+	if err != nil {
+		return err
+	}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		for _, p := range prefixes {
+			if strings.HasPrefix(n, p) {
+				errs = append(errs, root.RemoveAll(n))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
