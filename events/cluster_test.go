@@ -78,10 +78,14 @@ func TestStreamSurvivesServerLoss(t *testing.T) {
 		}
 		return nil
 	})
-	evs, err := log.Session(ctx, "t", session)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A read just after the restart may meet a stream still settling
+	// (unavailable, retryable): a reader tries again, as this does.
+	var evs []events.Event
+	testenv.Eventually(t, 30*time.Second, func() error {
+		var err error
+		evs, err = log.Session(ctx, "t", session)
+		return err
+	})
 	if len(evs) != 6 {
 		t.Fatalf("%d events after the loss, want 6", len(evs))
 	}
