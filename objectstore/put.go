@@ -112,10 +112,15 @@ type PublishError struct {
 	Err   error
 }
 
-// Error says why in a few words: e.g. "server ingest limit (429 too many
-// requests) after 10 tries".
-func (e *PublishError) Error() string {
+// Summary says why in Paddock's words, for a client: e.g. "server ingest
+// limit (429 too many requests) after 10 tries".
+func (e *PublishError) Summary() string {
 	return fmt.Sprintf("%s after %d tries", publishReason(e.Err), e.Tries)
+}
+
+// Error is the last failure and how often the put tried.
+func (e *PublishError) Error() string {
+	return fmt.Sprintf("published %d times, the last: %v", e.Tries, e.Err)
 }
 
 // Unwrap returns the last failure.

@@ -271,7 +271,7 @@ func TestBackoff(t *testing.T) {
 	if len(seen) < 20 {
 		t.Fatalf("%d distinct waits of 40: no jitter", len(seen))
 	}
-	if !strings.Contains((&objectstore.PublishError{Tries: 2, Err: &jetstream.APIError{Code: 429, ErrorCode: 10167}}).Error(), "429 too many requests) after 2 tries") {
+	if !strings.Contains((&objectstore.PublishError{Tries: 2, Err: &jetstream.APIError{Code: 429, ErrorCode: 10167}}).Summary(), "429 too many requests) after 2 tries") {
 		t.Fatal("PublishError does not say why")
 	}
 }

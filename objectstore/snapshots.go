@@ -100,7 +100,7 @@ func (s *Store) putErr(ctx context.Context, err error, what string, sent int64) 
 	var pe *PublishError
 	switch {
 	case errors.As(err, &pe) && !storage.StreamRefused(pe.Err) && !storage.StoreFull(pe.Err):
-		return errcode.Wrap(errcode.Unavailable, err, fmt.Sprintf("store %s: %s", what, pe.Error()))
+		return errcode.Wrap(errcode.Unavailable, err, fmt.Sprintf("store %s: %s", what, pe.Summary()))
 	case storage.StoreFull(err):
 		return errcode.Wrap(errcode.StorageQuotaExceeded, err, fmt.Sprintf("the JetStream store is full: %s (%d bytes or more) does not fit; delete snapshots (engine snapshot rm) or give the server more (max_file_store)", what, sent))
 	case storage.StreamRefused(err):
