@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/paddock-dev/paddock/errcode"
 )
 
 // A put writes an object in nats.go's object store layout, so that
@@ -274,6 +276,9 @@ func (p *putter) run(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader
 			return out, err
 		}
 	}
+	if err := p.checkChunks(ctx, chunks); err != nil {
+		return out, err
+	}
 	sum := h.Sum(nil)
 	if finish != nil {
 		meta.Metadata = finish(fmt.Sprintf("%x", sum))
@@ -503,6 +508,25 @@ func (p *putter) writeInfo(ctx context.Context, info jetstream.ObjectInfo) error
 	}
 }
 
+// checkChunks makes sure the stream holds the put's n chunks before its
+// info names them: a sweep removes chunks no object names once they are
+// older than its grace period, which a put that stalled that long may
+// have met.
+func (p *putter) checkChunks(ctx context.Context, n int) error {
+	st, err := p.openStream(ctx)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(p.subj))
+	if err != nil {
+		return err
+	}
+	if got := info.State.Subjects[p.subj]; got != uint64(n) {
+		return errcode.New(errcode.Unavailable, "the stream holds %d of the %d chunks put: removed while the put stalled (engine gc --orphan-grace)", got, n)
+	}
+	return nil
+}
+
 func (p *putter) openStream(ctx context.Context) (jetstream.Stream, error) {
 	if p.stream != nil {
 		return p.stream, nil
@@ -518,6 +542,9 @@ func (p *putter) openStream(ctx context.Context) (jetstream.Stream, error) {
 // abort purges what a failed put stored, once its unacknowledged chunks
 // are settled (a chunk still in flight could land after the purge).
 func (p *putter) abort(ctx context.Context) {
+	if p.pub.Conn().IsClosed() {
+		return // nothing to purge with: a sweep removes the chunks (see sweep.go)
+	}
 	// A bound of its own: ctx may be what ran out.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.lim.AckTimeout)
 	defer cancel()
