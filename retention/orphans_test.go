@@ -74,20 +74,25 @@ func TestSweepOrphans(t *testing.T) {
 	if _, err := killed.Upload(ctx, "acme", "killed", &killAfter{r: bytes.NewReader(data), after: 6 << 20, nc: kc}); err == nil {
 		t.Fatal("a put whose connection closed midway succeeded")
 	}
-	orphans, err := store.UnnamedChunks(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(orphans) != 1 || orphans[0].Msgs == 0 {
-		t.Fatalf("unnamed chunks after a killed put: %+v, want one put's", orphans)
-	}
-	orphan := orphans[0]
+	// Chunks the closed connection had sent may still land: wait until
+	// what the stream holds is what UnnamedChunks counts.
+	var orphan objectstore.Chunks
+	testenv.Eventually(t, 30*time.Second, func() error {
+		orphans, err := store.UnnamedChunks(ctx)
+		if err != nil {
+			return err
+		}
+		if len(orphans) != 1 || orphans[0].Msgs == 0 {
+			return fmt.Errorf("unnamed chunks after a killed put: %+v, want one put's", orphans)
+		}
+		orphan = orphans[0]
+		if held := streamBytes(); held < uint64(orphan.Bytes) || held > uint64(orphan.Bytes)+orphan.Msgs*256 {
+			return fmt.Errorf("the stream holds %d bytes for orphan chunks of %d payload bytes", held, orphan.Bytes)
+		}
+		return nil
+	})
 	if want := int64(orphan.Msgs) * objectstore.ChunkSize; orphan.Bytes != want {
 		t.Fatalf("orphan of %d full chunks: %d bytes, want %d", orphan.Msgs, orphan.Bytes, want)
-	}
-	held := streamBytes()
-	if held < uint64(orphan.Bytes) || held > uint64(orphan.Bytes)+orphan.Msgs*256 {
-		t.Fatalf("the stream holds %d bytes for orphan chunks of %d payload bytes", held, orphan.Bytes)
 	}
 
 	// The orphan grows silent past the grace period.
