@@ -46,13 +46,20 @@ func PermissionsOf(id Identity) *Permissions {
 					"$JS.API.>",                            // JetStream requests, less the deny list
 					"$O." + workspacesObj + ".>",           // snapshot chunks and metadata
 				},
+				// A node may delete messages where it may purge: in the
+				// workspace bucket (a put takes back chunks the stream
+				// stored out of order after a refusal, objectstore/put.go).
 				Deny: []string{
 					"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
-					"$JS.API.STREAM.MSG.DELETE.>", "$JS.API.ACCOUNT.>", "$JS.API.SERVER.>",
+					"$JS.API.ACCOUNT.>", "$JS.API.SERVER.>",
 					"$JS.API.STREAM.PURGE." + eventsStream,
 					"$JS.API.STREAM.PURGE.KV_" + sessionsBucket,
 					"$JS.API.STREAM.PURGE.KV_" + nodesBucket,
 					"$JS.API.STREAM.PURGE.KV_" + stateBucket,
+					"$JS.API.STREAM.MSG.DELETE." + eventsStream,
+					"$JS.API.STREAM.MSG.DELETE.KV_" + sessionsBucket,
+					"$JS.API.STREAM.MSG.DELETE.KV_" + nodesBucket,
+					"$JS.API.STREAM.MSG.DELETE.KV_" + stateBucket,
 				},
 			},
 			Subscribe: &SubjectPermission{Allow: []string{

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/objectstore"
@@ -166,6 +167,42 @@ func TestPutThroughIngestLimit(t *testing.T) {
 		}
 		checkObject(t, st, fmt.Sprintf("t/s/p%d.tar", i), data[:8<<20])
 	}
+}
+
+// TestPutThroughIngestLimitAsNode: the same with a node's credentials
+// and permissions (engine serve's default): taking back chunks the stream
+// stored out of order after a refusal is allowed to a node in the
+// workspace bucket.
+func TestPutThroughIngestLimitAsNode(t *testing.T) {
+	store := auth.Open(t.TempDir())
+	for _, id := range [][2]string{{"engine", "engine"}, {"node-1", "node"}} {
+		if _, err := store.Add(id[0], auth.Role(id[1]), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(store.Dir(), "ingest.conf")
+	if err := os.WriteFile(conf, []byte("include \"accounts.conf\"\njetstream { max_buffered_size: 1MB }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := testenv.StartBrokerWith(t, broker.Config{AccountsFile: conf})
+	ctx := testenv.Context(t, 3*time.Minute)
+	engine := testenv.JetStream(t, testenv.ConnectAs(t, b.ClientURL(), store.CredsPath("engine")).Conn)
+	if _, err := objectstore.Ensure(ctx, engine, objectstore.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := objectstore.Open(ctx, testenv.JetStream(t, testenv.ConnectAs(t, b.ClientURL(), store.CredsPath("node-1")).Conn), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := pattern(32 << 20)
+	retries, _, err := st.PutObject(ctx, "as-node", bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("put as a node: %v", err)
+	}
+	if retries == 0 {
+		t.Fatal("no chunk was sent again: the server refused none, so this proves nothing")
+	}
+	checkObject(t, st, "as-node", data)
 }
 
 // TestPutRefusedEveryTime: when the server refuses every chunk (its
