@@ -30,7 +30,7 @@ func BenchmarkPut(b *testing.B) {
 	const size = 32 << 20
 	data := pattern(size)
 	n := 0 // names are never reused: a deleted one stays taken
-	for _, w := range []int{objectstore.Window, 1, 32} {
+	for _, w := range []int{objectstore.Window, 8, 1} {
 		b.Run(fmt.Sprintf("window=%d", w), func(b *testing.B) {
 			ours := st.WithLimits(objectstore.PutLimits{Window: w})
 			var raw, put []time.Duration
