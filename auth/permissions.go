@@ -109,5 +109,9 @@ func nodeJetStream() []string {
 			api+"CONSUMER.DELETE."+st+".*",
 		)
 	}
-	return append(out, api+"STREAM.PURGE.OBJ_"+workspacesObj, "$JS.FC.OBJ_"+workspacesObj+".>")
+	// A node may delete messages where it may purge: in the workspace
+	// bucket (a put takes back chunks the stream stored out of order after
+	// a refusal, objectstore/put.go).
+	return append(out, api+"STREAM.PURGE.OBJ_"+workspacesObj, api+"STREAM.MSG.DELETE.OBJ_"+workspacesObj,
+		"$JS.FC.OBJ_"+workspacesObj+".>")
 }

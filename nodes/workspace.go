@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,7 +67,8 @@ func (a *Agent) persist(ctx context.Context, s *session) (*commands.Snapshot, er
 	}()
 	var ex exported
 	got := false
-	snap, err := store.Put(ctx, s.tenant, s.id, uuid.NewString(), startSeq(ctx), pr, func() objectstore.Counts {
+	src := &readFailure{r: pr}
+	snap, err := store.Put(ctx, s.tenant, s.id, uuid.NewString(), startSeq(ctx), src, func() objectstore.Counts {
 		ex, got = <-done, true
 		return objectstore.Counts{Members: ex.st.Members, Bytes: ex.st.Bytes}
 	})
@@ -73,19 +76,39 @@ func (a *Agent) persist(ctx context.Context, s *session) (*commands.Snapshot, er
 	if !got {
 		ex = <-done
 	}
-	if errcode.Of(err) == errcode.StorageQuotaExceeded {
-		// The export failed only because the store stopped reading: the
-		// store's error says why, and how to free space.
+	// Whoever failed first has the cause: the export, when the store met
+	// the end of its stream as an error; else the store, and the export
+	// failed only because the store stopped reading.
+	if err != nil && !src.failed.Load() {
+		a.logger.Warn("persist failed: the workspace was not stored", "tenant", s.tenant, "session", s.id, "err", err)
 		return nil, err
 	}
 	if ex.err != nil {
+		a.logger.Warn("persist failed: the workspace was not read", "tenant", s.tenant, "session", s.id, "err", ex.err)
 		return nil, ex.err
 	}
 	if err != nil {
+		a.logger.Warn("persist failed", "tenant", s.tenant, "session", s.id, "err", err)
 		return nil, err
 	}
 	s.setSnapshot(&snap)
 	return &snap, nil
+}
+
+// readFailure remembers whether its reader returned an error (not
+// io.EOF). A compressing store may still read it after Put returns, hence
+// the atomic.
+type readFailure struct {
+	r      io.Reader
+	failed atomic.Bool
+}
+
+func (f *readFailure) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		f.failed.Store(true)
+	}
+	return n, err
 }
 
 // restore replaces the workspace of sb with a snapshot of the session (or

@@ -46,19 +46,6 @@ const FetchTimeout = 30 * time.Minute
 // headers well under the 1 MiB default max payload (docs/benchmarks.md).
 const ChunkSize = 512 << 10
 
-// fullReader fills every read completely (but at the end), so that the
-// object store sends full chunks however small the writes behind r are:
-// fewer, larger messages, and fewer acknowledgements outstanding.
-type fullReader struct{ r io.Reader }
-
-func (f fullReader) Read(p []byte) (int, error) {
-	n, err := io.ReadFull(f.r, p)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		err = io.EOF
-	}
-	return n, err
-}
-
 // Store keeps workspace snapshots in the object store bucket.
 type Store struct {
 	obs    jetstream.ObjectStore
@@ -66,7 +53,12 @@ type Store struct {
 	bucket string
 	zstd   bool // write FormatTarZstd instead of FormatTar
 	meter  ByteMeter
+	limits PutLimits
 }
+
+// WithLimits returns a store on the same bucket whose puts publish within
+// l (the zero value: the defaults).
+func (s *Store) WithLimits(l PutLimits) *Store { c := *s; c.limits = l; return &c }
 
 // Compressed returns a store on the same bucket that writes zstd
 // snapshots: smaller for compressible workspaces, slower for the rest.
@@ -84,18 +76,6 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 		return nil, errcode.Wrap(errcode.Unavailable, err, "workspace bucket "+bucket)
 	}
 	return &Store{obs: obs, js: js, bucket: bucket}, nil
-}
-
-// counter counts the bytes read through it.
-type counter struct {
-	r io.Reader
-	n int64
-}
-
-func (c *counter) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // dropFailed deletes what a failed put of name left: nats.go purges the
@@ -117,7 +97,10 @@ func (s *Store) putErr(ctx context.Context, err error, what string, sent int64) 
 	if c := errcode.Of(err); c != "" && c != errcode.Internal {
 		return err
 	}
+	var pe *PublishError
 	switch {
+	case errors.As(err, &pe) && !storage.StreamRefused(pe.Err) && !storage.StoreFull(pe.Err):
+		return errcode.Wrap(errcode.Unavailable, err, fmt.Sprintf("store %s: %s", what, pe.Summary()))
 	case storage.StoreFull(err):
 		return errcode.Wrap(errcode.StorageQuotaExceeded, err, fmt.Sprintf("the JetStream store is full: %s (%d bytes or more) does not fit; delete snapshots (engine snapshot rm) or give the server more (max_file_store)", what, sent))
 	case storage.StreamRefused(err):
@@ -174,42 +157,26 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, seq uint64,
 		}
 		pw.CloseWithError(err)
 	}()
-	sent := &counter{r: pr}
-	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}, fullReader{sent})
+	var snap Snapshot
+	res, err := s.putObject(ctx, jetstream.ObjectMeta{Name: name}, pr, func(stored string) map[string]string {
+		snap = Snapshot{ID: id, Name: name, SHA256: stored, StoredSHA256: stored, Seq: seq, Format: FormatTar}
+		if s.zstd {
+			snap.SHA256, snap.Format = hex.EncodeToString(fp.Sum(nil)), FormatTarZstd
+		}
+		c := counts()
+		snap.Members, snap.Bytes = c.Members, c.Bytes
+		return map[string]string{
+			"sha256": snap.SHA256, "stored_sha256": snap.StoredSHA256, "members": strconv.Itoa(snap.Members),
+			"bytes": strconv.FormatInt(snap.Bytes, 10), "format": snap.Format, "seq": strconv.FormatUint(seq, 10),
+		}
+	})
 	pr.CloseWithError(err)
-	s.count("in", name, sent.n)
+	s.count("in", name, res.sent)
 	if err != nil {
 		s.dropFailed(ctx, name)
-		return Snapshot{}, s.putErr(ctx, err, "snapshot "+name, sent.n)
+		return Snapshot{}, s.putErr(ctx, err, "snapshot "+name, res.sent)
 	}
-	stored, err := digestHex(info.Digest)
-	if err != nil {
-		return Snapshot{}, errcode.Wrap(errcode.Internal, err, "snapshot digest")
-	}
-	tarSum := stored
-	if s.zstd {
-		tarSum = hex.EncodeToString(fp.Sum(nil))
-	}
-	c := counts()
-	snap := Snapshot{
-		ID: id, Name: name, SHA256: tarSum, StoredSHA256: stored, Seq: seq,
-		Size: int64(info.Size), Members: c.Members, Bytes: c.Bytes, Format: FormatTarZstd, Created: info.ModTime.UTC(),
-	}
-	if !s.zstd {
-		snap.Format = FormatTar
-	}
-	meta := jetstream.ObjectMeta{Name: name, Metadata: map[string]string{
-		"sha256": snap.SHA256, "stored_sha256": snap.StoredSHA256, "members": strconv.Itoa(snap.Members),
-		"bytes": strconv.FormatInt(snap.Bytes, 10), "format": snap.Format, "seq": strconv.FormatUint(seq, 10),
-	}}
-	if err := s.obs.UpdateMeta(ctx, name, meta); err != nil {
-		// A snapshot without its metadata is no snapshot: remove it (the
-		// bucket may have had room for the chunks but not the metadata).
-		if derr := s.Delete(context.WithoutCancel(ctx), name); derr != nil {
-			return Snapshot{}, errcode.Wrap(errcode.Unavailable, errors.Join(err, derr), "record snapshot metadata "+name)
-		}
-		return Snapshot{}, s.putErr(ctx, err, "snapshot "+name, int64(info.Size))
-	}
+	snap.Size, snap.Created = int64(res.info.Size), res.info.ModTime
 	return snap, nil
 }
 
@@ -420,12 +387,11 @@ func CheckUpload(tenant, name string) error {
 // large files a client sends) and returns its name.
 func (s *Store) Upload(ctx context.Context, tenant, id string, r io.Reader) (string, error) {
 	name := UploadPrefix(tenant) + id
-	sent := &counter{r: r}
-	_, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}, fullReader{sent})
-	s.count("in", name, sent.n)
+	res, err := s.putObject(ctx, jetstream.ObjectMeta{Name: name}, r, nil)
+	s.count("in", name, res.sent)
 	if err != nil {
 		s.dropFailed(ctx, name)
-		return "", s.putErr(ctx, err, "upload "+name, sent.n)
+		return "", s.putErr(ctx, err, "upload "+name, res.sent)
 	}
 	return name, nil
 }

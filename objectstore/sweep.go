@@ -3,9 +3,13 @@ package objectstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddock-dev/paddock/errcode"
@@ -35,19 +39,26 @@ func (s *Store) Objects(ctx context.Context) ([]Object, error) {
 	return out, nil
 }
 
-// Chunks are chunks in the bucket's stream that no object names: what a
-// put that never finished (its writer killed) left behind.
+// Chunks are chunks in the bucket's stream that no object names: those
+// of a put under way, or of a put that never finished (its writer killed
+// between its chunks and its info), which nothing will ever read.
 type Chunks struct {
-	NUID string
-	Msgs uint64
-	// Last is when the last of them was written: a put still under way
-	// writes more, so only old ones are orphans.
-	Last time.Time
+	NUID string `json:"nuid"`
+	Msgs uint64 `json:"msgs"`
+	// Bytes is their payload, message by message.
+	Bytes int64 `json:"bytes"`
+	// First and Last are when the first and the last of them were
+	// written: a put under way writes more, so only chunks whose last
+	// write is older than a grace period are orphans.
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
 }
 
-// OrphanChunks lists the chunks no object's metadata refers to whose last
-// message is older than before.
-func (s *Store) OrphanChunks(ctx context.Context, before time.Time) ([]Chunks, error) {
+// UnnamedChunks lists the chunks no object's info refers to, with their
+// size, read from the stream without their payload. It lists the objects
+// first, so that a put that finishes meanwhile shows as chunks written
+// just now (within any grace period), never as an orphan.
+func (s *Store) UnnamedChunks(ctx context.Context) ([]Chunks, error) {
 	objs, err := s.Objects(ctx)
 	if err != nil {
 		return nil, err
@@ -68,18 +79,79 @@ func (s *Store) OrphanChunks(ctx context.Context, before time.Time) ([]Chunks, e
 	var out []Chunks
 	for subj, n := range info.State.Subjects {
 		nuid := strings.TrimPrefix(subj, prefix)
-		if named[nuid] {
+		if named[nuid] || n == 0 {
 			continue
 		}
-		last, err := stream.GetLastMsgForSubject(ctx, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
+		c, err := chunkSizes(ctx, stream, subj, n)
 		if err != nil {
 			return nil, errcode.Wrap(errcode.Unavailable, err, "chunks "+subj)
 		}
-		if last.Time.Before(before) {
-			out = append(out, Chunks{NUID: nuid, Msgs: n, Last: last.Time.UTC()})
+		if c.Msgs == 0 {
+			continue // purged meanwhile
+		}
+		c.NUID = nuid
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NUID < out[j].NUID })
+	return out, nil
+}
+
+// chunkSizes reads the headers of the (about) n messages on subj: the
+// server sends each with its payload's size (Nats-Msg-Size) instead of
+// the payload.
+func chunkSizes(ctx context.Context, stream jetstream.Stream, subj string, n uint64) (Chunks, error) {
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, HeadersOnly: true})
+	if err != nil {
+		return Chunks{}, err
+	}
+	var c Chunks
+	for c.Msgs < n {
+		batch, err := cons.Fetch(int(min(n-c.Msgs, 1000)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return c, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			size, err := strconv.ParseInt(m.Headers().Get(nats.MsgSize), 10, 64)
+			if err != nil {
+				return c, fmt.Errorf("chunk without a size header: %w", err)
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				return c, err
+			}
+			if c.Msgs == 0 {
+				c.First = md.Timestamp.UTC()
+			}
+			c.Msgs++
+			c.Bytes += size
+			c.Last = md.Timestamp.UTC()
+			if md.NumPending == 0 {
+				return c, batch.Error()
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return c, err
+		}
+		if got == 0 {
+			return c, nil // fewer than the stream said: purged meanwhile
+		}
+	}
+	return c, nil
+}
+
+// OrphanChunks lists the chunks no object names whose last write is
+// older than before (see UnnamedChunks).
+func (s *Store) OrphanChunks(ctx context.Context, before time.Time) ([]Chunks, error) {
+	all, err := s.UnnamedChunks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Chunks
+	for _, c := range all {
+		if c.Last.Before(before) {
+			out = append(out, c)
 		}
 	}
 	return out, nil

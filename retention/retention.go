@@ -21,8 +21,13 @@ import (
 // Policy says what may go.
 type Policy struct {
 	// TransferTTL is how long a temporary transfer object (an upload, or
-	// a download's staging copy) and an unfinished put's chunks may stay.
+	// a download's staging copy) may stay.
 	TransferTTL time.Duration
+	// OrphanGrace is how long after its last write a chunk no object
+	// names may stay (0: DefaultOrphanGrace): a put under way writes a
+	// chunk every few milliseconds, so chunks silent this long are a
+	// killed put's. The engine's flags keep it at MinOrphanGrace or more.
+	OrphanGrace time.Duration
 	// DeletedRetention is how long the snapshots of a deleted session stay
 	// after its delete (0: they go at the next sweep).
 	DeletedRetention time.Duration
@@ -35,20 +40,34 @@ type Policy struct {
 const (
 	DefaultTransferTTL      = 24 * time.Hour
 	DefaultDeletedRetention = 7 * 24 * time.Hour
+	DefaultOrphanGrace      = 10 * time.Minute
 )
+
+// MinOrphanGrace is the least OrphanGrace the engine's flags accept: a
+// put's chunks follow one another in milliseconds, but a loaded node may
+// pause a put for seconds.
+const MinOrphanGrace = time.Minute
 
 // Validate refuses negative values.
 func (p Policy) Validate() error {
-	if p.TransferTTL <= 0 || p.DeletedRetention < 0 || p.KeepLast < 0 {
-		return fmt.Errorf("retention: a transfer TTL above 0, and no negative retention or keep count, please (got %s, %s, %d)", p.TransferTTL, p.DeletedRetention, p.KeepLast)
+	if p.TransferTTL <= 0 || p.DeletedRetention < 0 || p.KeepLast < 0 || p.OrphanGrace < 0 {
+		return fmt.Errorf("retention: a transfer TTL above 0, and no negative retention, orphan grace or keep count, please (got %s, %s, %s, %d)", p.TransferTTL, p.DeletedRetention, p.OrphanGrace, p.KeepLast)
 	}
 	return nil
+}
+
+// orphanGrace is p's OrphanGrace, its default when 0.
+func (p Policy) orphanGrace() time.Duration {
+	if p.OrphanGrace == 0 {
+		return DefaultOrphanGrace
+	}
+	return p.OrphanGrace
 }
 
 // Why an object goes.
 const (
 	ReasonTransferExpired = "transfer_expired" // an upload older than TransferTTL
-	ReasonOrphanChunks    = "unfinished_put"   // chunks no object names, older than TransferTTL
+	ReasonOrphanChunks    = "unfinished_put"   // chunks no object names, silent for OrphanGrace
 	ReasonDeletedSession  = "deleted_session"  // a snapshot of a session deleted DeletedRetention ago
 	ReasonBeyondKeep      = "beyond_keep_last" // older than the session's KeepLast newest
 )
@@ -56,9 +75,11 @@ const (
 // Removal is one thing a sweep removes (or, dry, would).
 type Removal struct {
 	// Name is the object's name, or "chunks:<nuid>" for orphan chunks.
-	Name    string    `json:"name"`
-	Reason  string    `json:"reason"`
-	Size    int64     `json:"size"`
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+	// Size is the object's size, or the orphan chunks' payload.
+	Size int64 `json:"size"`
+	// Created is when the object, or the first of the chunks, was written.
 	Created time.Time `json:"created"`
 	nuid    string
 }
@@ -162,13 +183,38 @@ func Sweep(ctx context.Context, store *objectstore.Store, sessions Sessions, p P
 		return nil, err
 	}
 	plan := Plan(now, p, objs, known)
-	orphans, err := store.OrphanChunks(ctx, now.Add(-p.TransferTTL))
+	orphans, err := store.OrphanChunks(ctx, now.Add(-p.orphanGrace()))
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range orphans {
-		plan = append(plan, Removal{Name: "chunks:" + c.NUID, Reason: ReasonOrphanChunks, Created: c.Last, nuid: c.NUID})
+	plan = append(plan, orphanRemovals(orphans)...)
+	return remove(ctx, store, plan, dry, logger)
+}
+
+// SweepOrphans is Sweep of the orphan chunks alone, which the engine runs
+// every OrphanGrace so that a killed put's chunks go within two of them
+// (20 minutes by default), whatever the interval of the full sweep.
+func SweepOrphans(ctx context.Context, store *objectstore.Store, p Policy, dry bool, logger *slog.Logger) ([]Removal, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
 	}
+	orphans, err := store.OrphanChunks(ctx, time.Now().Add(-p.orphanGrace()))
+	if err != nil {
+		return nil, err
+	}
+	return remove(ctx, store, orphanRemovals(orphans), dry, logger)
+}
+
+func orphanRemovals(orphans []objectstore.Chunks) []Removal {
+	out := make([]Removal, 0, len(orphans))
+	for _, c := range orphans {
+		out = append(out, Removal{Name: "chunks:" + c.NUID, Reason: ReasonOrphanChunks, Size: c.Bytes, Created: c.First, nuid: c.NUID})
+	}
+	return out
+}
+
+// remove removes what plan says unless dry; see Sweep.
+func remove(ctx context.Context, store *objectstore.Store, plan []Removal, dry bool, logger *slog.Logger) ([]Removal, error) {
 	if dry {
 		return plan, nil
 	}

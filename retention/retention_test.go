@@ -154,7 +154,7 @@ func TestSweep(t *testing.T) {
 		gone.Tenant, gone.ID, gone.Status, gone.UpdatedAt = "acme", "gone", projection.StatusDeleted, time.Now().Add(-time.Hour)
 		return []projection.SessionRecord{live, gone}, nil
 	}
-	p := retention.Policy{TransferTTL: ttl, DeletedRetention: time.Minute, KeepLast: 1}
+	p := retention.Policy{TransferTTL: ttl, OrphanGrace: ttl, DeletedRetention: time.Minute, KeepLast: 1}
 
 	dry, err := retention.Sweep(ctx, store, records, p, true, nil)
 	if err != nil {

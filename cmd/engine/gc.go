@@ -23,22 +23,23 @@ import (
 // retentionFlags are the retention policy's flags, shared by `engine gc`
 // and `engine serve` (which sweeps every --gc-interval).
 type retentionFlags struct {
-	transferTTL, deleted time.Duration
-	keep                 int
+	transferTTL, deleted, orphanGrace time.Duration
+	keep                              int
 }
 
 func registerRetention(fs *flag.FlagSet) *retentionFlags {
 	f := &retentionFlags{}
-	fs.DurationVar(&f.transferTTL, "transfer-ttl", retention.DefaultTransferTTL, "remove temporary transfer objects (uploads, unfinished puts) older than this")
+	fs.DurationVar(&f.transferTTL, "transfer-ttl", retention.DefaultTransferTTL, "remove temporary transfer objects (uploads) older than this")
+	fs.DurationVar(&f.orphanGrace, "orphan-grace", retention.DefaultOrphanGrace, "remove the chunks of an unfinished put (its writer killed) this long after their last write (1m or more)")
 	fs.DurationVar(&f.deleted, "deleted-retention", retention.DefaultDeletedRetention, "remove the snapshots of sessions deleted this long ago (0: at once)")
 	fs.IntVar(&f.keep, "snapshot-keep", 0, "keep a session's newest N snapshots, and always the one it resumes from (0: keep every one)")
 	return f
 }
 
 func (f *retentionFlags) policy() (retention.Policy, error) {
-	p := retention.Policy{TransferTTL: f.transferTTL, DeletedRetention: f.deleted, KeepLast: f.keep}
-	if err := p.Validate(); err != nil {
-		return p, usageErr("--transfer-ttl above 0, and no negative --deleted-retention or --snapshot-keep")
+	p := retention.Policy{TransferTTL: f.transferTTL, OrphanGrace: f.orphanGrace, DeletedRetention: f.deleted, KeepLast: f.keep}
+	if err := p.Validate(); err != nil || f.orphanGrace < retention.MinOrphanGrace {
+		return p, usageErr("--transfer-ttl above 0, --orphan-grace of %s or more, and no negative --deleted-retention or --snapshot-keep", retention.MinOrphanGrace)
 	}
 	return p, nil
 }
@@ -103,11 +104,10 @@ func gcCmd(ctx context.Context, base globals, args []string, stdout, stderr io.W
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REASON\tNAME\tSIZE\tCREATED")
-	var total int64
 	for _, r := range removed {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.Reason, r.Name, r.Size, timeOrDash(r.Created))
-		total += r.Size
 	}
+	total := removedBytes(removed)
 	verb := "removed"
 	if *dry {
 		verb = "would remove"
@@ -119,7 +119,9 @@ func gcCmd(ctx context.Context, base globals, args []string, stdout, stderr io.W
 	return err
 }
 
-// sweeper runs a retention sweep every interval until closed; it is the
+// sweeper runs a retention sweep every interval until closed, and a sweep
+// of orphan chunks every orphan grace period, so that a killed put's
+// chunks go within two grace periods whatever the interval; it is the
 // engine's (engine serve --gc-interval). Several engines may sweep at once.
 type sweeper struct {
 	store    *objectstore.Store
@@ -139,22 +141,48 @@ func (s *sweeper) start() {
 		defer s.wg.Done()
 		t := time.NewTicker(s.every)
 		defer t.Stop()
+		grace := s.policy.OrphanGrace
+		if grace <= 0 {
+			grace = retention.DefaultOrphanGrace
+		}
+		o := time.NewTicker(grace)
+		defer o.Stop()
 		for {
+			orphans := false
 			select {
 			case <-root.Done():
 				return
 			case <-t.C:
+			case <-o.C:
+				orphans = true
 			}
-			ctx, cancel := context.WithTimeout(root, s.every)
-			removed, err := retention.Sweep(ctx, s.store, s.sessions, s.policy, false, s.logger)
+			ctx, cancel := context.WithTimeout(root, min(s.every, grace))
+			what := "retention sweep"
+			var removed []retention.Removal
+			var err error
+			if orphans {
+				what = "orphan chunk sweep"
+				removed, err = retention.SweepOrphans(ctx, s.store, s.policy, false, s.logger)
+			} else {
+				removed, err = retention.Sweep(ctx, s.store, s.sessions, s.policy, false, s.logger)
+			}
 			cancel()
 			if err != nil {
-				s.logger.Warn("retention sweep failed", "err", err, "removed", len(removed))
+				s.logger.Warn(what+" failed", "err", err, "removed", len(removed))
 			} else if len(removed) > 0 {
-				s.logger.Info("retention sweep", "removed", len(removed))
+				s.logger.Info(what, "removed", len(removed), "bytes", removedBytes(removed))
 			}
 		}
 	}()
+}
+
+// removedBytes sums the sizes of rs.
+func removedBytes(rs []retention.Removal) int64 {
+	var n int64
+	for _, r := range rs {
+		n += r.Size
+	}
+	return n
 }
 
 func (s *sweeper) close() {

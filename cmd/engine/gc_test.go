@@ -19,7 +19,7 @@ import (
 // flags are invalid_request.
 func TestGC(t *testing.T) {
 	url, _ := serveFor(t, "--state-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--runtime", "local", "--gc-interval", "0")
-	for _, args := range [][]string{{"--snapshot-keep", "-1"}, {"--transfer-ttl", "0s"}, {"--deleted-retention", "-1h"}, {"extra"}} {
+	for _, args := range [][]string{{"--snapshot-keep", "-1"}, {"--transfer-ttl", "0s"}, {"--deleted-retention", "-1h"}, {"--orphan-grace", "10s"}, {"extra"}} {
 		if code, _, errs := cli(t, url, "", append([]string{"gc"}, args...)...); code != 2 || !strings.HasPrefix(errs, "error: invalid_request: ") {
 			t.Errorf("gc %v: exit %d, %q; want invalid_request", args, code, errs)
 		}
@@ -41,6 +41,9 @@ func TestGC(t *testing.T) {
 	}
 	if len(rep.Sessions) != 2 || rep.Sessions["running"] != 1 || rep.Sessions["deleted"] != 1 {
 		t.Errorf("status sessions = %v; want 1 running, 1 deleted", rep.Sessions)
+	}
+	if u := rep.Unfinished; u == nil || u.Puts != 0 || u.Bytes != 0 {
+		t.Errorf("status unfinished puts = %+v; want none, and counted", u)
 	}
 	if out := mustCLI(t, url, "", "status", "--wait", "10ms"); !strings.Contains(out, "SESSIONS  1 running, 1 deleted") {
 		t.Errorf("status does not summarise the sessions:\n%s", out)

@@ -76,10 +76,11 @@ Usage:
                                                workspace snapshots and their sizes
   engine snapshot rm SESSION SNAPSHOT...|--all, rm --deleted [--all-tenants]
                                                delete snapshots (of deleted sessions): frees the quota
-  engine gc [--dry-run] [--json] [--transfer-ttl D] [--deleted-retention D] [--snapshot-keep N]
-                                               one retention sweep: expired transfer objects, unfinished puts,
-                                               snapshots of deleted sessions, beyond the newest N (engine serve
-                                               sweeps every --gc-interval, 1h)
+  engine gc [--dry-run] [--json] [--transfer-ttl D] [--orphan-grace D] [--deleted-retention D] [--snapshot-keep N]
+                                               one retention sweep: expired transfer objects, unfinished puts
+                                               (silent for --orphan-grace, 10m), snapshots of deleted sessions,
+                                               beyond the newest N (engine serve sweeps every --gc-interval, 1h,
+                                               and unfinished puts every --orphan-grace)
   engine image build-base [--tag T]            build the sandbox base image (needs busybox-static)
   engine auth add|ls|rm|server-config|node-keys  identities and credentials (engine auth -h)
   engine cluster config --out DIR [--servers 3] [--host H] [--client-port 4222] [--route-port 6222]

@@ -21,6 +21,7 @@ import (
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/retention"
 	"github.com/paddock-dev/paddock/storage"
 )
 
@@ -63,6 +64,17 @@ type statusReport struct {
 	// Sessions counts every tenant's sessions by status, as the projection
 	// has them (absent when it cannot be read).
 	Sessions map[string]int `json:"sessions,omitempty"`
+	// Unfinished are the workspace bucket's chunks no object names: puts
+	// under way, and the orphans of puts whose writer was killed (absent
+	// when the bucket cannot be read).
+	Unfinished *unfinishedPuts `json:"unfinished_puts,omitempty"`
+}
+
+// unfinishedPuts sums the chunks of unfinished puts.
+type unfinishedPuts struct {
+	Puts  int                  `json:"puts"`
+	Bytes int64                `json:"bytes"`
+	Each  []objectstore.Chunks `json:"each,omitempty"`
 }
 
 // statusCmd is `engine status`: the deployment at a glance: each stream's
@@ -111,6 +123,14 @@ func statusCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		rep.Sessions = map[string]int{}
 		for _, r := range recs {
 			rep.Sessions[string(r.Status)]++
+		}
+	}
+	if store, err := objectstore.Open(ctx, js, ""); err == nil {
+		if cs, err := store.UnnamedChunks(ctx); err == nil {
+			rep.Unfinished = &unfinishedPuts{Puts: len(cs), Each: cs}
+			for _, c := range cs {
+				rep.Unfinished.Bytes += c.Bytes
+			}
 		}
 	}
 	if *jsonOut {
@@ -213,6 +233,9 @@ func printStatus(w io.Writer, rep statusReport) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\n", s.Name, s.Replicas, orDash(s.Leader), orDash(strings.Join(fl, ", ")), s.Messages, s.Bytes)
 	}
 	printStorage(tw, rep.Streams)
+	if u := rep.Unfinished; u != nil && u.Puts > 0 {
+		fmt.Fprintf(tw, "UNFINISHED PUTS\t%d, %d bytes of chunks no snapshot names (a sweep removes them %s after their last write)\n", u.Puts, u.Bytes, retention.DefaultOrphanGrace)
+	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "NODE\tSTATUS\tRUNTIMES\tSESSIONS\tCAPACITY")
 	for _, n := range rep.Nodes {
