@@ -227,6 +227,11 @@ func (r *Runtime) Ping(ctx context.Context) error {
 func (r *Runtime) Close() error {
 	r.closePools()
 	r.closeLinks()
+	if r.cfg.DiskDir != "" {
+		// Gone only when empty: the disks of sandboxes that outlive the
+		// node (a restart reattaches them) stay.
+		_ = os.Remove(r.cfg.DiskDir)
+	}
 	if r.ownsClient {
 		return r.cli.Close()
 	}
