@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/google/uuid"
 
@@ -24,45 +23,7 @@ import (
 // its own, on each of ports, serving body; it returns its address.
 func portsServer(t *testing.T, image, body string, ports ...int) netip.Addr {
 	t.Helper()
-	ctx := testenv.Context(t, time.Minute)
-	cli := testenv.DockerClient(t)
-	name := "paddock-egress-edge-" + uuid.NewString()[:8]
-	if _, err := cli.NetworkCreate(ctx, name, network.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.NetworkRemove(context.Background(), name) })
-	script := fmt.Sprintf("mkdir -p /tmp/www && printf '%%s' %q > /tmp/www/index.html", body)
-	for _, p := range ports[1:] {
-		script += fmt.Sprintf(" && httpd -p %d -h /tmp/www", p)
-	}
-	script += fmt.Sprintf(" && exec httpd -f -p %d -h /tmp/www", ports[0])
-	c, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"sh", "-c", script}, User: "0"},
-		&container.HostConfig{NetworkMode: container.NetworkMode(name)}, nil, nil, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
-	})
-	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	in, err := cli.ContainerInspect(ctx, c.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ip, err := netip.ParseAddr(in.NetworkSettings.Networks[name].IPAddress)
-	if err != nil {
-		t.Fatalf("the server's address: %v", err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() error {
-		for _, p := range ports {
-			if _, err := get(netip.AddrPortFrom(ip, uint16(p)).String()); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	ip, _ := httpdServer(t, image, body, "", ports...)
 	return ip
 }
 

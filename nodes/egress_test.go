@@ -53,6 +53,16 @@ func (r *testResolver) wasAsked(name string) bool {
 // network's name.
 func webServer(t testing.TB, image, body string, bigMB int) (netip.Addr, string) {
 	t.Helper()
+	return httpdServer(t, image, body, fmt.Sprintf(" && dd if=/dev/zero of=/tmp/www/big bs=1M count=%d 2>/dev/null", bigMB), 80)
+}
+
+// httpdServer runs busybox httpd in a container of image on a network of
+// its own, on each of ports, serving /tmp/www: body as its index page,
+// and whatever the shell commands setup (each starting " && ") put
+// there. It returns the server's address, once every port answers, and
+// the network's name.
+func httpdServer(t testing.TB, image, body, setup string, ports ...int) (netip.Addr, string) {
+	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
 	cli := testenv.DockerClient(t)
 	name := "paddock-egress-test-" + uuid.NewString()[:8]
@@ -60,7 +70,11 @@ func webServer(t testing.TB, image, body string, bigMB int) (netip.Addr, string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.NetworkRemove(context.Background(), name) })
-	script := fmt.Sprintf("mkdir -p /tmp/www && printf '%%s' %q > /tmp/www/index.html && dd if=/dev/zero of=/tmp/www/big bs=1M count=%d 2>/dev/null && exec httpd -f -p 80 -h /tmp/www", body, bigMB)
+	script := fmt.Sprintf("mkdir -p /tmp/www && printf '%%s' %q > /tmp/www/index.html", body) + setup
+	for _, p := range ports[1:] {
+		script += fmt.Sprintf(" && httpd -p %d -h /tmp/www", p)
+	}
+	script += fmt.Sprintf(" && exec httpd -f -p %d -h /tmp/www", ports[0])
 	c, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"sh", "-c", script}, User: "0"},
 		&container.HostConfig{NetworkMode: container.NetworkMode(name)}, nil, nil, name)
 	if err != nil {
@@ -81,8 +95,12 @@ func webServer(t testing.TB, image, body string, bigMB int) (netip.Addr, string)
 		t.Fatalf("the web server's address: %v", err)
 	}
 	testenv.Eventually(t, 30*time.Second, func() error {
-		_, err := get(ip.String() + ":80")
-		return err
+		for _, p := range ports {
+			if _, err := get(netip.AddrPortFrom(ip, uint16(p)).String()); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return ip, name
 }
