@@ -95,8 +95,11 @@ type Broker struct {
 	ns     *server.Server
 	cfg    Config
 	logger *slog.Logger
-	// jsConfig is JetStream's config as Start gave it, for a restart.
+	// jsConfig is JetStream's config as Start gave it, for a restart;
+	// jsOn says whether Start found JetStream on (only then is a
+	// JetStream that is off one to heal).
 	jsConfig server.JetStreamConfig
+	jsOn     bool
 
 	// mu serialises Reload, a JetStream restart and Shutdown.
 	mu sync.Mutex
@@ -164,7 +167,7 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: not ready within %s (is %s already in use?)", cfg.StartTimeout, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)))
 	}
 	if jc := ns.JetStreamConfig(); jc != nil {
-		b.jsConfig = *jc
+		b.jsConfig, b.jsOn = *jc, true
 		// EnableJetStream adds the "jetstream" directory itself.
 		b.jsConfig.StoreDir = cfg.StoreDir
 	}

@@ -33,10 +33,13 @@ import (
 // (their requests time out or fail and are retried); durable consumers
 // come back from their files.
 
-// healing reports whether the broker's JetStream needs a restart: an
-// out-of-space write error was logged since the last one, or JetStream is
-// off though the broker did not turn it off.
+// needsHeal reports whether the broker's JetStream needs a restart: an
+// out-of-space write error was logged since the last one, or JetStream,
+// on at start, is off though the broker did not turn it off.
 func (b *Broker) needsHeal() bool {
+	if !b.jsOn {
+		return false // nothing to restart
+	}
 	return b.outOfSpace.Load() || !b.ns.JetStreamEnabled()
 }
 
