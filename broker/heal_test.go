@@ -1,14 +1,12 @@
 package broker_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +15,6 @@ import (
 	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/testenv"
 )
-
-// logSink is a log the server's goroutines write while the test reads.
-type logSink struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *logSink) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // publish publishes data on subj with a short bound: a file store that
 // failed a write never answers.
@@ -52,7 +32,7 @@ func publish(ctx context.Context, js jetstream.JetStream, subj string, data []by
 // the broker's logger, its errors at ERROR with component=nats-server.
 func TestHealsFullDisk(t *testing.T) {
 	dir := testenv.Tmpfs(t, 24<<20)
-	var logs logSink
+	var logs testenv.SyncBuffer
 	b := start(t, broker.Config{
 		StoreDir: filepath.Join(dir, "store"), Host: "127.0.0.1", Port: -1,
 		// JetStream's own accounting must not refuse first: the disk does.

@@ -48,7 +48,7 @@ func TestThresholdLevels(t *testing.T) {
 // once), and notes when space is back.
 func TestDiskWatcher(t *testing.T) {
 	dir := testenv.Tmpfs(t, 16<<20)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	th := storage.Thresholds{Warn: storage.Threshold{Bytes: 8 << 20}, Critical: storage.Threshold{Bytes: 4 << 20}}
 	w, err := storage.NewDiskWatcher(storage.DiskWatchConfig{Paths: []string{dir}, Thresholds: &th, Repeat: time.Hour}, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
@@ -89,7 +89,7 @@ func TestDiskWatcher(t *testing.T) {
 func TestDiskWatcherRuns(t *testing.T) {
 	dir := t.TempDir()
 	th := storage.Thresholds{Warn: storage.Threshold{Percent: 100}}
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	w, err := storage.NewDiskWatcher(storage.DiskWatchConfig{Paths: []string{dir, filepath.Join(dir, "missing")}, Thresholds: &th, Interval: 10 * time.Millisecond, Repeat: 10 * time.Millisecond}, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)

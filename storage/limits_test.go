@@ -1,12 +1,10 @@
 package storage_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -71,25 +69,6 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink that the monitor's goroutine writes while the
-// test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // streamAt makes a discard-new stream of 100 KiB holding pct percent of it.
 func streamAt(ctx context.Context, t *testing.T, js jetstream.JetStream, name string, pct int) jetstream.Stream {
 	t.Helper()
@@ -120,7 +99,7 @@ func TestMonitorLooks(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	full := streamAt(ctx, t, js, "FULL", 85)
 	streamAt(ctx, t, js, "LOW", 10)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	m, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: []string{"FULL", "LOW", "MISSING"}, Repeat: time.Hour}, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +132,7 @@ func TestMonitorRuns(t *testing.T) {
 	js := testenv.JetStream(t, testenv.Connect(t, b.ClientURL()))
 	ctx := testenv.Context(t, time.Minute)
 	streamAt(ctx, t, js, "FULL", 90)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	m, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: []string{"FULL"}, Interval: 10 * time.Millisecond, Repeat: 10 * time.Millisecond}, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package testenv
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -31,17 +32,12 @@ func DiskDir(t testing.TB) string {
 		}
 		// A lazily detached disk (a container being made held it at its
 		// unmount) frees its loop device when the last reference goes.
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			l := LoopDevicesUnder(t, dir)
-			if len(l) == 0 {
-				break
+		Eventually(t, 30*time.Second, func() error {
+			if l := LoopDevicesUnder(t, dir); len(l) > 0 {
+				return fmt.Errorf("loop devices %v left behind", l)
 			}
-			if time.Now().After(deadline) {
-				t.Errorf("loop devices %v left behind", l)
-				break
-			}
-			time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-		}
+			return nil
+		})
 		entries, err := os.ReadDir(dir) // gone is empty: a runtime's Close removes its empty directory
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("read disk directory: %v", err)

@@ -17,7 +17,7 @@ import (
 // With Docker on this host, its real data root is asked for too.
 func TestWarnSharedFilesystem(t *testing.T) {
 	warned := func(state, root string) string {
-		var logs syncBuffer
+		var logs testenv.SyncBuffer
 		warnSharedFilesystem(state, root, slog.New(slog.NewTextHandler(&logs, nil)))
 		return logs.String()
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -170,27 +169,9 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startServe runs `engine serve args...` in-process until the test ends
 // and returns its log.
-func startServe(t *testing.T, args ...string) *syncBuffer {
+func startServe(t *testing.T, args ...string) *testenv.SyncBuffer {
 	t.Helper()
 	logs, _ := serveStoppable(t, args...)
 	return logs

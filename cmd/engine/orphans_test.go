@@ -32,24 +32,7 @@ func TestKill9DuringPersist(t *testing.T) {
 	dir, sandboxes := t.TempDir(), t.TempDir()
 	start := func() (string, *exec.Cmd) {
 		t.Helper()
-		cmd := exec.Command(bin, "serve", "--state-dir", dir, "--sandbox-dir", sandboxes, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local", "--gc-interval", "0")
-		logs := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = logs, logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(waited) }() // reaps the process; the cleanup waits for it
-		t.Cleanup(func() { _ = cmd.Process.Kill(); <-waited })
-		var url string
-		testenv.Eventually(t, 60*time.Second, func() error {
-			m := readyRE.FindStringSubmatch(logs.String())
-			if m == nil {
-				return fmt.Errorf("engine not ready:\n%s", logs.String())
-			}
-			url = m[1]
-			return nil
-		})
+		url, cmd, _ := startServeBinary(t, bin, 60*time.Second, "--state-dir", dir, "--sandbox-dir", sandboxes, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local", "--gc-interval", "0")
 		return url, cmd
 	}
 	url, cmd := start()

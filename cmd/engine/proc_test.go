@@ -69,13 +69,13 @@ func TestCLIShell(t *testing.T) {
 	if err := pty.Setsize(slave, &pty.Winsize{Rows: 33, Cols: 99}); err != nil {
 		t.Fatal(err)
 	}
-	screen := &syncBuffer{}
+	screen := &testenv.SyncBuffer{}
 	copied := make(chan struct{})
 	go func() { // what the CLI writes to its terminal; ends when master closes
 		defer close(copied)
 		_, _ = io.Copy(screen, master)
 	}()
-	var errb syncBuffer
+	var errb testenv.SyncBuffer
 	done := make(chan int, 1)
 	ctx := testenv.Context(t, time.Minute)
 	go func() { done <- run(ctx, []string{"--server", url, "sandbox", "shell", id}, slave, slave, &errb) }()

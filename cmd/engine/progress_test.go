@@ -37,7 +37,7 @@ func TestProgress(t *testing.T) {
 		t.Skipf("no pty: %v", err)
 	}
 	defer master.Close()
-	var shown syncBuffer
+	var shown testenv.SyncBuffer
 	read := make(chan struct{})
 	go func() { defer close(read); _, _ = io.Copy(&shown, master) }() // ends when master closes
 	got.Reset()

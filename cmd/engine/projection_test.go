@@ -27,15 +27,41 @@ import (
 
 var readyRE = regexp.MustCompile(`paddock engine ready" nats=(\S+)`)
 
+// startServeBinary starts the engine binary bin as `serve` with args, killed
+// and reaped when the test ends, and returns its NATS URL once it says it
+// is ready (within ready), the process and its log.
+func startServeBinary(t *testing.T, bin string, ready time.Duration, args ...string) (string, *exec.Cmd, *testenv.SyncBuffer) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	logs := &testenv.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(waited) }() // reaps the process; the cleanup waits for it
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-waited })
+	var url string
+	testenv.Eventually(t, ready, func() error {
+		m := readyRE.FindStringSubmatch(logs.String())
+		if m == nil {
+			return fmt.Errorf("engine not ready:\n%s", logs.String())
+		}
+		url = m[1]
+		return nil
+	})
+	return url, cmd, logs
+}
+
 // serveStoppable runs `engine serve args...` in-process until stop is
 // called or the test ends, and returns its log once it is ready.
-func serveStoppable(t *testing.T, args ...string) (*syncBuffer, func()) {
+func serveStoppable(t *testing.T, args ...string) (*testenv.SyncBuffer, func()) {
 	t.Helper()
 	if !slices.Contains(args, "--sandbox-dir") {
 		args = append(args, "--sandbox-dir", t.TempDir()) // never the user's cache dir
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, append([]string{"serve"}, args...), nil, logs, logs) }()
 	var once sync.Once
@@ -283,27 +309,9 @@ func TestListAfterRestart(t *testing.T) {
 func TestKill9UnderLoad(t *testing.T) {
 	bin := testenv.BuildBinary(t, "./cmd/engine")
 	dir, sandboxes := t.TempDir(), t.TempDir()
-	startEngine := func() (string, *exec.Cmd, *syncBuffer) {
+	startEngine := func() (string, *exec.Cmd, *testenv.SyncBuffer) {
 		t.Helper()
-		cmd := exec.Command(bin, "serve", "--state-dir", dir, "--sandbox-dir", sandboxes, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local")
-		logs := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = logs, logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(waited) }() // reaps the process; the cleanup waits for it
-		t.Cleanup(func() { _ = cmd.Process.Kill(); <-waited })
-		var url string
-		testenv.Eventually(t, 30*time.Second, func() error {
-			m := readyRE.FindStringSubmatch(logs.String())
-			if m == nil {
-				return fmt.Errorf("engine not ready:\n%s", logs.String())
-			}
-			url = m[1]
-			return nil
-		})
-		return url, cmd, logs
+		return startServeBinary(t, bin, 30*time.Second, "--state-dir", dir, "--sandbox-dir", sandboxes, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local")
 	}
 	url, cmd, _ := startEngine()
 	t.Setenv("PADDOCK_CREDS", auth.Open(auth.DirIn(dir)).CredsPath("admin"))

@@ -181,7 +181,7 @@ func TestPythonProviderNodeLoss(t *testing.T) {
 			}
 		}
 	})
-	nodeLogs := map[string]*syncBuffer{}
+	nodeLogs := map[string]*testenv.SyncBuffer{}
 	t.Cleanup(func() { // what the engine and the nodes said, when a step failed
 		if t.Failed() {
 			t.Logf("engine log:\n%s", tail(logs.String(), 60))
@@ -195,7 +195,7 @@ func TestPythonProviderNodeLoss(t *testing.T) {
 	startNode := func(id string) *exec.Cmd {
 		t.Helper()
 		cmd := exec.Command(agentNode, "--nats-url", url[1], "--creds", nodeCreds[id], "--id", id, "--runtime", "docker", "--allow-image", image, "--disk-dir", diskDirs[id])
-		nlogs := &syncBuffer{}
+		nlogs := &testenv.SyncBuffer{}
 		nodeLogs[id] = nlogs
 		cmd.Stdout, cmd.Stderr = nlogs, nlogs
 		if err := cmd.Start(); err != nil {
