@@ -1,15 +1,19 @@
 """Paddock sandboxes as a sandbox provider for the OpenAI Agents SDK (over NATS).
 
     from paddock_agents import PaddockSandboxClient, PaddockSandboxClientOptions
+
+Paddock's errors are the classes of ``paddock_agents.errors`` (one per error code, all
+``PaddockError``); the wire's constants are in ``paddock_agents.contract``.
 """
 
+from .errors import PaddockError, error_for
 from .sandbox import (
     PaddockSandboxClient,
     PaddockSandboxClientOptions,
     PaddockSandboxSession,
     PaddockSandboxSessionState,
 )
-from .transport import Credentials, PaddockError, connect
+from .transport import Credentials, connect
 
 __all__ = [
     "Credentials",
@@ -19,4 +23,5 @@ __all__ = [
     "PaddockSandboxSession",
     "PaddockSandboxSessionState",
     "connect",
+    "error_for",
 ]

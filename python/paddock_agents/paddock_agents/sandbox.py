@@ -60,11 +60,42 @@ from agents.tracing import get_current_span, get_current_trace
 from nats.errors import NoRespondersError
 from pydantic import Field
 
+from .contract import (
+    INLINE_LIMIT,
+    OP_CREATE,
+    OP_DELETE,
+    OP_EXEC,
+    OP_HYDRATE,
+    OP_LS,
+    OP_MKDIR,
+    OP_PERSIST,
+    OP_PORT,
+    OP_PROC_READ,
+    OP_PROC_SIGNAL,
+    OP_PROC_START,
+    OP_PROC_WRITE,
+    OP_READ,
+    OP_RESUME,
+    OP_RM,
+    OP_RUNNING,
+    OP_SHUTDOWN,
+    OP_START,
+    OP_STOP,
+    OP_WRITE,
+)
+from .errors import (
+    AlreadyExists,
+    ExecTimeout,
+    InvalidState,
+    NotFound,
+    PaddockError,
+    SessionNotFound,
+    SnapshotNotFound,
+    Unavailable,
+)
 from .transport import (
     DEFAULT_TIMEOUT,
-    INLINE_LIMIT,
     WORKSPACE_TIMEOUT,
-    PaddockError,
     Transport,
     connect,
 )
@@ -231,15 +262,15 @@ class PaddockSandboxSession(BaseSandboxSession):
     async def _ensure_backend_started(self) -> None:
         try:
             if not await self.running():
-                await self._op("start")
+                await self._op(OP_START)
         except PaddockError as e:
             raise WorkspaceStartError(path=Path(self.state.manifest.root), cause=e, message=str(e), retryable=e.retryable) from e
 
     async def running(self) -> bool:
         try:
-            res = await self._op("running")
+            res = await self._op(OP_RUNNING)
         except PaddockError as e:
-            if e.code in ("session_not_found", "unavailable", "invalid_state"):
+            if isinstance(e, (SessionNotFound, Unavailable, InvalidState)):
                 return False
             raise
         return bool(res.get("running"))
@@ -247,7 +278,7 @@ class PaddockSandboxSession(BaseSandboxSession):
     async def _shutdown_backend(self) -> None:
         # stop persists the workspace as a Paddock snapshot first, so a later resume (on any node)
         # restores it; then shutdown removes the sandbox. Both are best effort, as the SDK asks.
-        for op in ("stop", "shutdown"):
+        for op in (OP_STOP, OP_SHUTDOWN):
             try:
                 res = await self._op(op, timeout=WORKSPACE_TIMEOUT)
             except PaddockError:
@@ -283,9 +314,9 @@ class PaddockSandboxSession(BaseSandboxSession):
             args["user"] = user.name if isinstance(user, User) else str(user)
         wait = (timeout or 600.0) + self._timeout()
         try:
-            res = await self._op("exec", args, timeout=wait)
+            res = await self._op(OP_EXEC, args, timeout=wait)
         except PaddockError as e:
-            if e.code == "exec_timeout":
+            if isinstance(e, ExecTimeout):
                 raise ExecTimeoutError(command=argv, timeout_s=timeout, cause=e) from e
             raise ExecTransportError(
                 command=argv, cause=e, context={"paddock_error_code": e.code}, message=str(e), retryable=e.retryable
@@ -303,9 +334,9 @@ class PaddockSandboxSession(BaseSandboxSession):
             await self._check_read_with_exec(path, user=user)
         target = self._path(path)
         try:
-            res = await self._op("read", {"path": target}, timeout=WORKSPACE_TIMEOUT)
+            res = await self._op(OP_READ, {"path": target}, timeout=WORKSPACE_TIMEOUT)
         except PaddockError as e:
-            if e.code == "not_found":
+            if isinstance(e, NotFound):
                 raise WorkspaceReadNotFoundError(path=Path(path), cause=e) from e
             raise WorkspaceArchiveReadError(path=Path(path), cause=e, context={"paddock_error_code": e.code}, retryable=e.retryable) from e
         if not res.get("download"):
@@ -335,7 +366,7 @@ class PaddockSandboxSession(BaseSandboxSession):
             head = head.encode("utf-8")
         try:
             if len(head) <= INLINE_LIMIT:
-                await self._op("write", {"path": target, "content": base64.b64encode(head).decode()})
+                await self._op(OP_WRITE, {"path": target, "content": base64.b64encode(head).decode()})
                 return
 
             def chunks() -> Any:
@@ -348,7 +379,7 @@ class PaddockSandboxSession(BaseSandboxSession):
 
             name, size = await self._t.upload(chunks())
             try:
-                await self._op("write", {"path": target, "upload": name, "size": size}, timeout=WORKSPACE_TIMEOUT)
+                await self._op(OP_WRITE, {"path": target, "upload": name, "size": size}, timeout=WORKSPACE_TIMEOUT)
             except PaddockError:
                 await self._t.discard(name)
                 raise
@@ -363,7 +394,7 @@ class PaddockSandboxSession(BaseSandboxSession):
         args: dict[str, Any] = {"path": target}
         while True:
             try:
-                res = await self._op("ls", args)
+                res = await self._op(OP_LS, args)
             except PaddockError as e:
                 # What the SDK's local provider raises for a failed listing.
                 raise ExecNonZeroError(
@@ -387,9 +418,9 @@ class PaddockSandboxSession(BaseSandboxSession):
         target = self._path(path, for_write=True)
         try:
             # As the SDK's providers: recursive is `rm -rf` (a missing path is fine).
-            await self._op("rm", {"path": target, "recursive": recursive, "force": recursive})
+            await self._op(OP_RM, {"path": target, "recursive": recursive, "force": recursive})
         except PaddockError as e:
-            if e.code == "not_found":
+            if isinstance(e, NotFound):
                 raise ExecNonZeroError(
                     ExecResult(stdout=b"", stderr=str(e).encode(), exit_code=1), command=("rm", "--", target), cause=e
                 ) from e
@@ -400,9 +431,9 @@ class PaddockSandboxSession(BaseSandboxSession):
             await self._check_mkdir_with_exec(path, parents=parents, user=user)
         target = self._path(path, for_write=True)
         try:
-            await self._op("mkdir", {"path": target, "parents": parents})
+            await self._op(OP_MKDIR, {"path": target, "parents": parents})
         except PaddockError as e:
-            if e.code == "already_exists":
+            if isinstance(e, AlreadyExists):
                 return  # as the SDK's local provider (exist_ok)
             raise WorkspaceArchiveWriteError(path=Path(target), cause=e, context={"paddock_error_code": e.code}) from e
 
@@ -411,7 +442,7 @@ class PaddockSandboxSession(BaseSandboxSession):
     async def persist_workspace(self) -> io.IOBase:
         root = self.state.manifest.root
         try:
-            res = await self._op("persist", timeout=WORKSPACE_TIMEOUT)
+            res = await self._op(OP_PERSIST, timeout=WORKSPACE_TIMEOUT)
         except PaddockError as e:
             raise WorkspaceArchiveReadError(path=Path(root), cause=e, context={"paddock_error_code": e.code}, retryable=e.retryable) from e
         snap = res.get("snapshot") or {}
@@ -433,7 +464,7 @@ class PaddockSandboxSession(BaseSandboxSession):
             raw = await self.read(Path(path))
         finally:
             try:
-                await self._op("rm", {"path": path, "force": True})
+                await self._op(OP_RM, {"path": path, "force": True})
             except PaddockError:
                 pass
         try:
@@ -456,7 +487,7 @@ class PaddockSandboxSession(BaseSandboxSession):
             try:
                 # Paddock checks the archive (archive rules) before it extracts anything, and
                 # swaps the workspace only once the whole archive extracted.
-                await self._op("hydrate", {"upload": name}, timeout=WORKSPACE_TIMEOUT)
+                await self._op(OP_HYDRATE, {"upload": name}, timeout=WORKSPACE_TIMEOUT)
             except PaddockError:
                 await self._t.discard(name)
                 raise
@@ -470,7 +501,7 @@ class PaddockSandboxSession(BaseSandboxSession):
         the sandbox (the sandbox itself keeps its network policy). It changes with the sandbox:
         after a stop and start, or a resume on another node, resolve it again."""
         try:
-            res = await self._op("port", {"port": port})
+            res = await self._op(OP_PORT, {"port": port})
         except PaddockError as e:
             raise ExposedPortUnavailableError(
                 port=port,
@@ -519,7 +550,7 @@ class PaddockSandboxSession(BaseSandboxSession):
         if user is not None:
             args["user"] = user.name if isinstance(user, User) else str(user)
         try:
-            res = await self._op("proc_start", args, timeout=yield_ms / 1000 + self._timeout())
+            res = await self._op(OP_PROC_START, args, timeout=yield_ms / 1000 + self._timeout())
         except PaddockError as e:
             raise ExecTransportError(command=argv, cause=e, message=str(e), retryable=e.retryable) from e
         self._procs.add(int(res["process_id"]))
@@ -537,14 +568,14 @@ class PaddockSandboxSession(BaseSandboxSession):
             yield_time_ms=250 if yield_time_s is None else int(yield_time_s * 1000), input_empty=not chars
         )
         args: dict[str, Any] = {"process_id": session_id, "yield_ms": yield_ms}
-        op = "proc_read"
+        op = OP_PROC_READ
         if chars:
-            op = "proc_write"
+            op = OP_PROC_WRITE
             args["input"] = base64.b64encode(chars.encode("utf-8")).decode()
         try:
             res = await self._op(op, args, timeout=yield_ms / 1000 + self._timeout())
         except PaddockError as e:
-            if e.code == "not_found":
+            if isinstance(e, NotFound):
                 raise PtySessionNotFoundError(session_id=session_id, cause=e) from e
             raise
         return self._pty_update(res, max_output_tokens)
@@ -552,7 +583,7 @@ class PaddockSandboxSession(BaseSandboxSession):
     async def pty_terminate_all(self) -> None:
         for pid in list(self._procs):
             try:
-                await self._op("proc_signal", {"process_id": pid, "signal": "KILL"})
+                await self._op(OP_PROC_SIGNAL, {"process_id": pid, "signal": "KILL"})
             except PaddockError:
                 pass
             self._procs.discard(pid)
@@ -571,7 +602,7 @@ async def _resume_placed(t: Transport, args: dict[str, Any]) -> Any:
     wait = 0.2
     while True:
         try:
-            return await t.request(t.tenant_subject("resume"), args, timeout=WORKSPACE_TIMEOUT, trace=_trace_ids())
+            return await t.request(t.tenant_subject(OP_RESUME), args, timeout=WORKSPACE_TIMEOUT, trace=_trace_ids())
         except PaddockError as e:
             if not e.retryable or asyncio.get_running_loop().time() + wait > give_up:
                 raise
@@ -646,7 +677,7 @@ class PaddockSandboxClient(BaseSandboxClient[PaddockSandboxClientOptions | None]
 
     async def _create_backend(self, t: Transport, state: PaddockSandboxSessionState, opts: PaddockSandboxClientOptions) -> None:
         args = opts.create_args(session_id=state.paddock_session_id, workspace_root=state.manifest.root)
-        res = await t.request(t.tenant_subject("create"), args, timeout=opts.timeout_s, trace=_trace_ids())
+        res = await t.request(t.tenant_subject(OP_CREATE), args, timeout=opts.timeout_s, trace=_trace_ids())
         state.node = res.get("node")
         state.runtime = res.get("runtime") or state.runtime
         state.epoch = 1
@@ -669,18 +700,18 @@ class PaddockSandboxClient(BaseSandboxClient[PaddockSandboxClientOptions | None]
         try:
             try:
                 res = await t.request(
-                    t.session_subject(sid, "resume"), args, timeout=WORKSPACE_TIMEOUT, trace=_trace_ids(), fallback_no_responders=True
+                    t.session_subject(sid, OP_RESUME), args, timeout=WORKSPACE_TIMEOUT, trace=_trace_ids(), fallback_no_responders=True
                 )
             except NoRespondersError:
                 res = await _resume_placed(t, {"session_id": sid, **args})
             state.node = res.get("node", state.node)
             state.epoch = int(res.get("epoch", state.epoch))
         except PaddockError as e:
-            if e.code not in ("session_not_found", "snapshot_not_found"):
+            if not isinstance(e, (SessionNotFound, SnapshotNotFound)):
                 raise
-            if e.code == "snapshot_not_found":
+            if isinstance(e, SnapshotNotFound):
                 # Never persisted in Paddock: bring it back empty; the SDK restores its snapshot.
-                await t.request(t.tenant_subject("resume"), {"session_id": sid, "empty": True, **args}, timeout=WORKSPACE_TIMEOUT)
+                await t.request(t.tenant_subject(OP_RESUME), {"session_id": sid, "empty": True, **args}, timeout=WORKSPACE_TIMEOUT)
             else:
                 state.paddock_session_id = str(uuid.uuid4())
                 await self._create_backend(t, state, opts)
@@ -696,9 +727,9 @@ class PaddockSandboxClient(BaseSandboxClient[PaddockSandboxClientOptions | None]
         if not isinstance(inner, PaddockSandboxSession):
             raise TypeError("PaddockSandboxClient.delete expects a PaddockSandboxSession")
         try:
-            await inner._op("delete", timeout=WORKSPACE_TIMEOUT)
+            await inner._op(OP_DELETE, timeout=WORKSPACE_TIMEOUT)
         except PaddockError as e:
-            if e.code != "session_not_found":
+            if not isinstance(e, SessionNotFound):
                 raise
         self._live.discard(inner.state.paddock_session_id)
         if not self._live:

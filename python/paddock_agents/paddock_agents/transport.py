@@ -25,38 +25,33 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from ._nkeys import UserKey
+from .contract import (
+    CONTRACT_VERSION,
+    MAX_REQUEST_BYTES,
+    OP_LOOKUP,
+    SESSION_SUBJECT,
+    STATUS_LOST,
+    SUBJECT_PREFIX,
+    TENANT_SUBJECTS,
+    TRANSFER_CHUNK_BYTES,
+)
+from .errors import (
+    Internal,
+    InvalidRequest,
+    PaddockError,
+    PayloadTooLarge,
+    PermissionDenied,
+    SessionMoved,
+    SessionNotFound,
+    Unavailable,
+    error_for,
+)
 
-CONTRACT_VERSION = "1.3"
-INLINE_LIMIT = 512 * 1024
-TRANSFER_CHUNK_BYTES = 256 * 1024
-MAX_REQUEST_BYTES = 1 << 20
+# The client's own timing (client/client.go), not the contract's.
 NO_RESPONDER_GRACE = 1.0
 LIVENESS_CHECK = 2.0
 DEFAULT_TIMEOUT = 60.0
 WORKSPACE_TIMEOUT = 30 * 60.0
-
-# Error codes of Paddock's registry (docs/architecture.md, "Error codes") with their retryable flag.
-RETRYABLE = {
-    "concurrency_conflict",
-    "no_capacity",
-    "quota_exceeded",
-    "runtime_error",
-    "session_moved",
-    "unavailable",
-}
-
-
-class PaddockError(Exception):
-    """An error Paddock answered, or the transport's own, with Paddock's error ``code``.
-
-    Match on ``code`` (``"not_found"``, ``"exec_timeout"``, ...), never on the message.
-    """
-
-    def __init__(self, code: str, message: str, retryable: bool | None = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.retryable = code in RETRYABLE if retryable is None else retryable
 
 
 @dataclass(frozen=True)
@@ -72,16 +67,16 @@ class Credentials:
 
     @classmethod
     def load(cls, path: str) -> Credentials:
-        """Read and check a credentials file; raises PaddockError(invalid_request) when malformed."""
+        """Read and check a credentials file; raises InvalidRequest (a PaddockError) when malformed."""
         try:
             with open(path, encoding="utf-8") as f:
                 raw = json.load(f)
         except FileNotFoundError as e:
-            raise PaddockError("invalid_request", f"no credentials file {path}") from e
+            raise InvalidRequest(f"no credentials file {path}") from e
         except (OSError, ValueError) as e:
-            raise PaddockError("invalid_request", f"{path} is not a Paddock credentials file") from e
+            raise InvalidRequest(f"{path} is not a Paddock credentials file") from e
         if raw.get("paddock_creds") != 1:
-            raise PaddockError("invalid_request", f"{path}: credentials format {raw.get('paddock_creds')}, want 1")
+            raise InvalidRequest(f"{path}: credentials format {raw.get('paddock_creds')}, want 1")
         creds = cls(
             name=str(raw.get("name", "")),
             role=str(raw.get("role", "")),
@@ -91,7 +86,7 @@ class Credentials:
             inbox_prefix=str(raw.get("inbox_prefix") or "_INBOX." + str(raw.get("public_key", ""))),
         )
         if UserKey(creds.seed).public_key != creds.public_key:
-            raise PaddockError("invalid_request", f"{path}: the seed is not the identity's key")
+            raise InvalidRequest(f"{path}: the seed is not the identity's key")
         return creds
 
 
@@ -151,8 +146,8 @@ async def connect(
     except Exception as e:
         text = " ".join(str(x) for x in [e, *errors]).lower()
         if "authorization" in text or "authentication" in text:
-            raise PaddockError("permission_denied", f"{url} refused the credentials {creds_path}") from e
-        raise PaddockError("unavailable", f"cannot reach Paddock at {url}") from e
+            raise PermissionDenied(f"{url} refused the credentials {creds_path}") from e
+        raise Unavailable(f"cannot reach Paddock at {url}") from e
     # Reconnect from here on: a server restart must not end a long-lived fleet's connection.
     nc.options["max_reconnect_attempts"] = -1
     nc.options["allow_reconnect"] = True
@@ -162,17 +157,19 @@ async def connect(
 class Transport:
     """Sends Paddock commands for one tenant on a connected nats.py client."""
 
-    def __init__(self, nc: _NatsClient, tenant: str, *, prefix: str = "sbx", actor: str = "") -> None:
+    def __init__(self, nc: _NatsClient, tenant: str, *, prefix: str = SUBJECT_PREFIX, actor: str = "") -> None:
         self.nc = nc
         self.tenant = tenant
         self.prefix = prefix
         self.actor = actor
 
     def tenant_subject(self, op: str) -> str:
-        return f"{self.prefix}.cmd.{self.tenant}.{op}"
+        """The tenant's subject of ``op``: create, lookup, resume, delete, upload or download."""
+        return TENANT_SUBJECTS[op].format(prefix=self.prefix, tenant=self.tenant)
 
     def session_subject(self, session: str, op: str) -> str:
-        return f"{self.prefix}.cmd.{self.tenant}.{session}.{op}"
+        """The subject of ``op`` on one session."""
+        return SESSION_SUBJECT.format(prefix=self.prefix, tenant=self.tenant, session=session, op=op)
 
     async def request(
         self,
@@ -185,7 +182,7 @@ class Transport:
         trace: tuple[str | None, str | None] = (None, None),
         fallback_no_responders: bool = False,
     ) -> Any:
-        """Send one request and return its result; raises PaddockError.
+        """Send one request and return its result; raises PaddockError, of its code's class (errors.py).
 
         With ``fallback_no_responders`` a request that finds no responder raises NoRespondersError
         itself (for resume's fallback to the scheduler) instead of asking lookup.
@@ -201,7 +198,7 @@ class Transport:
             env["args"] = args
         body = json.dumps(env, separators=(",", ":")).encode()
         if len(body) > MAX_REQUEST_BYTES:
-            raise PaddockError("payload_too_large", f"request of {len(body)} bytes exceeds {MAX_REQUEST_BYTES}")
+            raise PayloadTooLarge(f"request of {len(body)} bytes exceeds {MAX_REQUEST_BYTES}")
         deadline = time.monotonic() + timeout
         watch = None
         send: asyncio.Future[Any] | None = None
@@ -222,18 +219,18 @@ class Transport:
                         raise
                     raise await self._no_responders(subject, session) from None
                 except (NatsTimeoutError, asyncio.TimeoutError):
-                    raise PaddockError("unavailable", f"no reply on {subject} in time") from None
+                    raise Unavailable(f"no reply on {subject} in time") from None
                 except nats.errors.Error as e:  # connection closed, draining, ...
-                    raise PaddockError("unavailable", f"request {subject}: {type(e).__name__}") from e
+                    raise Unavailable(f"request {subject}: {type(e).__name__}") from e
                 try:
                     rep = json.loads(msg.data)
                 except ValueError as e:
-                    raise PaddockError("internal", f"a reply on {subject} is not JSON") from e
+                    raise Internal(f"a reply on {subject} is not JSON") from e
                 err = rep.get("error")
-                if err and err.get("code") == "session_moved" and moved < 2:
+                if err and err.get("code") == SessionMoved.code and moved < 2:
                     continue
                 if err:
-                    raise PaddockError(err.get("code", "internal"), err.get("message", ""), err.get("retryable"))
+                    raise error_for(err.get("code", Internal.code), err.get("message", ""), err.get("retryable"))
                 return rep.get("result") or {}
         finally:
             # Owned by this call: nothing outlives it, also when the caller cancels it.
@@ -261,25 +258,24 @@ class Transport:
                 wait = min(2 * wait, 0.2)
 
     async def lookup(self, session: str, timeout: float = 10.0) -> dict[str, Any]:
-        """The engine's view of a session: {"status", "node"}; raises session_not_found."""
-        return await self.request(self.tenant_subject("lookup"), {"session_id": session}, timeout=timeout)
+        """The engine's view of a session: {"status", "node"}; raises SessionNotFound."""
+        return await self.request(self.tenant_subject(OP_LOOKUP), {"session_id": session}, timeout=timeout)
 
     async def _no_responders(self, subject: str, session: str) -> PaddockError:
         if not session:
-            return PaddockError("unavailable", f"no engine serves {subject}")
+            return Unavailable(f"no engine serves {subject}")
         try:
             res = await self.lookup(session)
         except PaddockError as e:
-            if e.code == "session_not_found":
+            if isinstance(e, SessionNotFound):
                 return e
-            return PaddockError("unavailable", f"session {session} does not answer")
-        if res.get("status") == "lost":
-            return PaddockError(
-                "unavailable",
+            return Unavailable(f"session {session} does not answer")
+        if res.get("status") == STATUS_LOST:
+            return Unavailable(
                 f"session {session} was lost with node {res.get('node')}; resume it, then send the command again",
             )
-        return PaddockError(
-            "unavailable", f"session {session} ({res.get('status')}) is on node {res.get('node')}, which does not answer"
+        return Unavailable(
+            f"session {session} ({res.get('status')}) is on node {res.get('node')}, which does not answer"
         )
 
     async def _watch_node(self, session: str) -> PaddockError:
@@ -290,9 +286,8 @@ class Transport:
                 res = await self.lookup(session, timeout=LIVENESS_CHECK)
             except PaddockError:
                 continue
-            if res.get("status") == "lost":
-                return PaddockError(
-                    "unavailable",
+            if res.get("status") == STATUS_LOST:
+                return Unavailable(
                     f"session {session}: its node {res.get('node')} was declared lost while the command ran; "
                     "the outcome is unknown. Resume the session, then send the command again",
                 )
@@ -322,7 +317,7 @@ class Transport:
             p = await self.request(subject, args)
             off += len(data)
             if int(p.get("received", -1)) != off:
-                raise PaddockError("unavailable", f"upload: the engine has {p.get('received')} bytes, {off} were sent")
+                raise Unavailable(f"upload: the engine has {p.get('received')} bytes, {off} were sent")
             if last:
                 return p["upload"], off
 

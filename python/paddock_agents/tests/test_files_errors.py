@@ -19,6 +19,7 @@ from agents.sandbox.errors import (
 )
 
 from paddock_agents import PaddockError, PaddockSandboxClient, PaddockSandboxClientOptions, connect
+from paddock_agents.errors import InvalidPath
 
 
 async def test_manifest_files_and_large_files(client: PaddockSandboxClient) -> None:
@@ -59,6 +60,7 @@ async def test_typed_errors(client: PaddockSandboxClient) -> None:
             with pytest.raises(WorkspaceArchiveReadError) as err:
                 await session.read(Path("escape"))
             assert err.value.context.get("paddock_error_code") == "invalid_path"
+            assert isinstance(err.value.__cause__, InvalidPath)
             with pytest.raises(ExecTimeoutError):
                 await session.exec("sleep 30", timeout=0.5)
             res = await session.exec("echo out; echo err >&2; exit 3")
