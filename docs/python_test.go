@@ -281,7 +281,7 @@ func pythonContract(statuses []sessionStatus) string {
 	var b strings.Builder
 	b.WriteString(pyHeader)
 	b.WriteString(`# Sources: commands/ (version, ops, subjects, limits), projection/ (statuses), errcode/.
-"""Paddock's wire contract as constants: what docs/architecture.md specifies and the Go code defines."""
+"""Paddock's wire contract as constants, as the Go code defines them (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -428,7 +428,7 @@ func pyDocstring(text, indent string) string {
 			line += " " + w
 		}
 	}
-	if len(lines) == 0 {
+	if len(lines) == 0 && len(line)+3 <= width {
 		return line + `"""` + "\n"
 	}
 	lines = append(lines, line, indent+`"""`)
@@ -438,3 +438,22 @@ func pyDocstring(text, indent string) string {
 // pyText is Python source written in a Go raw string, where @@ stands for
 // the reStructuredText quotes “ that a raw string cannot hold.
 func pyText(s string) string { return strings.ReplaceAll(s, "@@", "``") }
+
+func TestPyClassName(t *testing.T) {
+	for _, tc := range []struct {
+		code errcode.Code
+		want string
+	}{
+		{errcode.SessionNotFound, "SessionNotFound"},
+		{errcode.Internal, "Internal"},
+		{errcode.StorageQuotaExceeded, "StorageQuotaExceeded"},
+		{errcode.RuntimeError, "PaddockRuntimeError"}, // RuntimeError is Python's
+		{"not_implemented_error", "PaddockNotImplementedError"},
+		{"key_error", "PaddockKeyError"},
+		{"a__b_", "AB"},
+	} {
+		if got := pyClassName(tc.code); got != tc.want {
+			t.Errorf("pyClassName(%q) = %s, want %s", tc.code, got, tc.want)
+		}
+	}
+}
