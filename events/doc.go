@@ -8,6 +8,10 @@
 // these. Node lifecycle events go to <prefix>.nodeevt.<node>.<kind> in the
 // same stream.
 //
+// Chain is the writer's side of one session's history: the seq, the hash
+// chain and the fencing every writer (a node, an engine closing a loss)
+// appends through.
+//
 // Read replays or tails through an ordered consumer; ReadDurable reads
 // through a named durable consumer that acknowledges what it delivered, so
 // an auditor resumes where it left off. Subjects.Parse reads a subject

@@ -47,7 +47,7 @@ type Agent struct {
 	sem    chan struct{}
 
 	// mu guards the fields below. Lock order: Agent.mu, then a session's
-	// appendMu, then its mu (see session).
+	// chain, then its mu (see session).
 	mu       sync.Mutex
 	store    *objectstore.Store
 	inflight map[string]int // commands in flight, by tenant

@@ -25,11 +25,11 @@ func (a *Agent) observeOp(s *session, op commands.Op, f *events.Event, d time.Du
 	a.cfg.Metrics.Op(string(op), s.runtime, outcome, f.ErrorCode, d)
 }
 
-// appendEvent appends ev to the session's history (appendChained) and
+// appendEvent appends ev to the session's history (its chain) and
 // records the append in the node's metrics.
 func (a *Agent) appendEvent(ctx context.Context, s *session, ev *events.Event) error {
 	began := time.Now()
-	err := a.appendChained(ctx, s, ev)
+	err := a.fenced(s, s.chain.Append(ctx, ev))
 	a.cfg.Metrics.Append(time.Since(began), err)
 	return err
 }

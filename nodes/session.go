@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"path"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/egress"
+	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/projection"
@@ -21,9 +23,10 @@ import (
 
 // session is one session the agent serves.
 //
-// Lock order: Agent.mu, then session.appendMu, then session.mu. Only
-// appendMu is held across I/O (an event append: the seq it guards must not
-// move while one is in flight); Agent.mu and session.mu never are.
+// Lock order: Agent.mu, then the session's chain (its append lock), then
+// session.mu. Only the chain's lock is held across I/O (an event append:
+// the seq it guards must not move while one is in flight); Agent.mu and
+// session.mu never are.
 type session struct {
 	tenant  string
 	id      string
@@ -37,16 +40,12 @@ type session struct {
 	// expires is when the session's lifetime ends (zero: never).
 	expires time.Time
 
-	// appendMu serialises event appends; it guards seq, lastStreamSeq and
-	// lastHash.
-	appendMu sync.Mutex
+	// chain appends the session's events (seq, prev_hash, fencing).
+	chain *events.Chain
 	// moved is set once another writer's signed event ended this node's
 	// hold on the session's history (fencing); letGo once the node has
 	// let the session go.
-	moved, letGo  atomic.Bool
-	seq           uint64
-	lastStreamSeq uint64
-	lastHash      string // events.Hash of the last event's stored bytes
+	moved, letGo atomic.Bool
 
 	mu       sync.Mutex // guards the fields below
 	sub      *nats.Subscription
@@ -130,6 +129,11 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 			User: cs.User, PidsLimit: cs.PidsLimit, DiskBytes: cs.DiskBytes,
 		},
 	}
+	s.chain = events.NewChain(a.log, tenant, id, a.cfg.ID, events.Position{}, events.ChainConfig{
+		Patience: a.cfg.AppendPatience,
+		Prepare:  func(ev *events.Event) { s.redactor().event(ev) },
+		Logger:   a.logger,
+	})
 	s.setEgressLocked(commands.EffectiveEgress(cs.Network, cs.Egress)) // not yet shared
 	if cs.ExpiresAt != nil {
 		s.expires = *cs.ExpiresAt
@@ -147,9 +151,7 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 // the event chain, its last snapshot and the outcomes of its commands.
 // It runs before the session is served.
 func (s *session) takeUp(h history) {
-	s.appendMu.Lock()
-	s.seq, s.lastStreamSeq, s.lastHash = h.state.LastSeq, h.tail.StreamSeq, h.tail.Hash
-	s.appendMu.Unlock()
+	s.chain.MoveTo(events.Position{Seq: h.state.LastSeq, StreamSeq: h.tail.StreamSeq, Hash: h.tail.Hash})
 	s.mu.Lock()
 	s.status, s.lastSnap = h.state.Status, h.snap
 	if h.egress != nil {
@@ -238,9 +240,22 @@ func (s *session) redactor() redactor {
 
 // lastSeq returns the seq of the session's last event.
 func (s *session) lastSeq() uint64 {
-	s.appendMu.Lock()
-	defer s.appendMu.Unlock()
-	return s.seq
+	return s.chain.Seq()
+}
+
+// fenced returns err, an append's error, as the node answers it: when
+// another writer's signed event took the session's history over (an engine
+// that declared this node lost, or a node that resumed the session), that
+// writer owns it now, nothing this node would run is recorded or run, and
+// the session is marked moved (letGoIfMoved lets it go): session_moved.
+func (a *Agent) fenced(s *session, err error) error {
+	var taken *events.TakenOverError
+	if !errors.As(err, &taken) {
+		return err
+	}
+	s.moved.Store(true)
+	ev := taken.Tail.Event
+	return errcode.Wrap(errcode.SessionMoved, err, fmt.Sprintf("session %s was taken over (%s %s by %s): node %s no longer serves it and ran nothing; send the command again", s.id, ev.Op, ev.Phase, orNone(ev.Node), a.cfg.ID))
 }
 
 // history is what a session's stored events say about it: everything a

@@ -64,11 +64,11 @@ func (s *Scheduler) deleteUnserved(ctx context.Context, tenant, id string, req c
 		if len(st.InFlight) > 0 {
 			return nil, errcode.New(errcode.InvalidState, "session %s has operations in flight on node %s", id, st.Node)
 		}
-		w := &chainWriter{log: s.log, tenant: tenant, id: id, seq: tail.Event.Seq, last: tail.StreamSeq, hash: tail.Hash, node: s.cfg.Name}
+		w := s.chain(tenant, id, tail)
 		base := events.Event{Op: string(commands.OpDelete), CommandID: req.CommandID, SpanID: ids.SpanID, ParentSpanID: ids.ParentSpanID, TraceID: ids.TraceID, Actor: req.Actor}
 		start := base
 		start.Phase = events.PhaseStart
-		err = w.append(ctx, &start)
+		err = w.Append(ctx, &start)
 		if err == nil {
 			fin := base
 			fin.Phase = events.PhaseFinish
@@ -78,7 +78,7 @@ func (s *Scheduler) deleteUnserved(ctx context.Context, tenant, id string, req c
 			// The finish must follow its start: retried within the
 			// append's own bound, never given up for a passing fault.
 			for try := 0; try < 5; try++ {
-				if err = w.append(context.WithoutCancel(ctx), &fin); errcode.Of(err) != errcode.Unavailable {
+				if err = w.Append(context.WithoutCancel(ctx), &fin); errcode.Of(err) != errcode.Unavailable {
 					break
 				}
 			}

@@ -14,7 +14,6 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
-	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/projection"
 	"github.com/paddock-dev/paddock/projector"
 )
@@ -148,7 +147,7 @@ func (s *Scheduler) loadKnownNodes(ctx context.Context) {
 			continue
 		}
 		if _, ok := s.nodes[r.ID]; !ok {
-			s.nodes[r.ID] = nodeRecord{info: nodes.Info{Node: r.ID, Status: "unknown"}, lastSeen: now}
+			s.nodes[r.ID] = nodeRecord{info: events.NodeInfo{Node: r.ID, Status: "unknown"}, lastSeen: now}
 		}
 	}
 }
@@ -311,8 +310,7 @@ func (s *Scheduler) closeLost(ctx context.Context, tenant, id, node string, last
 		if taker := takenUp(evs, st, node); taker != "" && s.up(taker) {
 			return false, lostSession{}, errTakingOver
 		}
-		w := &chainWriter{log: s.log, tenant: tenant, id: id, seq: tail.Event.Seq, last: tail.StreamSeq, hash: tail.Hash, node: s.cfg.Name}
-		err = s.writeLoss(ctx, w, evs, st, node, lastSeen)
+		err = s.writeLoss(ctx, s.chain(tenant, id, tail), evs, st, node, lastSeen)
 		if errcode.Of(err) == errcode.ConcurrencyConflict && attempt < 5 {
 			continue // another writer: read the history again
 		}
@@ -358,7 +356,7 @@ func takenUp(evs []events.Event, st projection.Session, node string) string {
 }
 
 // writeLoss appends the events of one session's loss through w.
-func (s *Scheduler) writeLoss(ctx context.Context, w *chainWriter, evs []events.Event, st projection.Session, node string, lastSeen time.Time) error {
+func (s *Scheduler) writeLoss(ctx context.Context, w *events.Chain, evs []events.Event, st projection.Session, node string, lastSeen time.Time) error {
 	actor := "engine:" + s.cfg.Name
 	msg := fmt.Sprintf("node %s was lost (no heartbeat for %s since %s) while the operation ran; its outcome is unknown (send a new command id to run it again)", node, s.cfg.NodeTTL, lastSeen.UTC().Format(time.RFC3339))
 	closed := 0
@@ -372,7 +370,7 @@ func (s *Scheduler) writeLoss(ctx context.Context, w *chainWriter, evs []events.
 			ParentSpanID: ev.ParentSpanID, TraceID: ev.TraceID, Actor: ev.Actor, OK: &ok,
 			ErrorCode: string(errcode.Unavailable), ErrorType: "errcode.Error", ErrorRetryable: &retry, ErrorMessage: msg,
 		}
-		if err := w.append(ctx, &fin); err != nil {
+		if err := w.Append(ctx, &fin); err != nil {
 			return err
 		}
 		closed++
@@ -384,19 +382,19 @@ func (s *Scheduler) writeLoss(ctx context.Context, w *chainWriter, evs []events.
 	// ends of its processes follow, then node_lost's finish.
 	span := newSpanID()
 	sd, _ := json.Marshal(events.NodeLostStart{Node: node, Epoch: st.Epoch, LastSeen: lastSeen.UTC()})
-	if err := w.append(ctx, &events.Event{Op: string(commands.OpNodeLost), Phase: events.PhaseStart, SpanID: span, Actor: actor, Data: sd}); err != nil {
+	if err := w.Append(ctx, &events.Event{Op: string(commands.OpNodeLost), Phase: events.PhaseStart, SpanID: span, Actor: actor, Data: sd}); err != nil {
 		return err
 	}
 	procs := projection.LiveProcesses(evs)
 	for _, pid := range procs {
 		pspan := newSpanID()
 		ref, _ := json.Marshal(events.ProcRef{ProcessID: pid})
-		if err := w.append(ctx, &events.Event{Op: string(commands.OpProcExit), Phase: events.PhaseStart, SpanID: pspan, Actor: actor, Data: ref}); err != nil {
+		if err := w.Append(ctx, &events.Event{Op: string(commands.OpProcExit), Phase: events.PhaseStart, SpanID: pspan, Actor: actor, Data: ref}); err != nil {
 			return err
 		}
 		ok := true
 		d, _ := json.Marshal(events.ProcExitFinish{ProcessID: pid, Reason: "lost"})
-		if err := w.append(ctx, &events.Event{Op: string(commands.OpProcExit), Phase: events.PhaseFinish, SpanID: pspan, Actor: actor, OK: &ok, Data: d}); err != nil {
+		if err := w.Append(ctx, &events.Event{Op: string(commands.OpProcExit), Phase: events.PhaseFinish, SpanID: pspan, Actor: actor, OK: &ok, Data: d}); err != nil {
 			return err
 		}
 	}
@@ -406,7 +404,7 @@ func (s *Scheduler) writeLoss(ctx context.Context, w *chainWriter, evs []events.
 	}
 	fb, _ := json.Marshal(fd)
 	ok := true
-	return w.append(ctx, &events.Event{Op: string(commands.OpNodeLost), Phase: events.PhaseFinish, SpanID: span, Actor: actor, OK: &ok, Data: fb})
+	return w.Append(ctx, &events.Event{Op: string(commands.OpNodeLost), Phase: events.PhaseFinish, SpanID: span, Actor: actor, OK: &ok, Data: fb})
 }
 
 // createOf returns the create start's data of a history.
@@ -420,31 +418,12 @@ func createOf(evs []events.Event) (events.CreateStart, bool) {
 	return events.CreateStart{}, false
 }
 
-// chainWriter appends events to one session's history after its tail,
-// each expecting the one before (the append guard).
-type chainWriter struct {
-	log        *events.Log
-	tenant, id string
-	node       string // the writer, recorded as the events' node
-	seq        uint64 // the session seq of the last event
-	last       uint64 // its stream sequence
-	hash       string // its hash
-}
-
-func (w *chainWriter) append(ctx context.Context, ev *events.Event) error {
-	ev.Version, ev.EventID, ev.TS = events.Version, uuid.NewString(), time.Now().UTC()
-	ev.Tenant, ev.SessionID, ev.Node = w.tenant, w.id, w.node
-	ev.Seq, ev.PrevHash = w.seq+1, w.hash
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return fmt.Errorf("encode event: %w", err)
-	}
-	seq, err := w.log.AppendRaw(ctx, ev, data, w.last)
-	if err != nil {
-		return err
-	}
-	w.seq, w.last, w.hash = ev.Seq, seq, events.Hash(data)
-	return nil
+// chain returns the writer of a session's history after tail, as this
+// engine: a signed event of another writer that follows tail fails its
+// appends with a concurrency conflict (*events.TakenOverError), and the
+// caller reads the history again.
+func (s *Scheduler) chain(tenant, id string, tail events.Tail) *events.Chain {
+	return events.NewChain(s.log, tenant, id, s.cfg.Name, tail.Position(), events.ChainConfig{Logger: s.logger})
 }
 
 // autoResume resumes a session lost at l.epoch on a node that is up, in

@@ -22,7 +22,6 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
-	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/tracing"
 )
 
@@ -119,7 +118,7 @@ func (c Config) withDefaults() Config {
 }
 
 type nodeRecord struct {
-	info     nodes.Info
+	info     events.NodeInfo
 	lastSeen time.Time
 	lost     bool // declared lost since lastSeen
 	// recorded: its lost event for lastSeen is appended, but sessions
@@ -302,7 +301,7 @@ func (s *Scheduler) handleHeartbeat(m *nats.Msg) {
 		s.logger.Warn("not a heartbeat: dropped", "subject", m.Subject, "err", err)
 		return
 	}
-	var info nodes.Info
+	var info events.NodeInfo
 	if err := json.Unmarshal(m.Data, &info); err != nil || commands.CheckToken("node", info.Node) != nil {
 		s.logger.Warn("bad heartbeat", "subject", m.Subject)
 		return
@@ -333,10 +332,10 @@ func (s *Scheduler) Reads() (projected, folded int64) {
 func (s *Scheduler) Sweeps() int64 { return s.stats.sweeps.Load() }
 
 // Nodes returns the nodes the scheduler counts as up, sorted by id.
-func (s *Scheduler) Nodes() []nodes.Info {
+func (s *Scheduler) Nodes() []events.NodeInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []nodes.Info
+	var out []events.NodeInfo
 	for _, r := range s.nodes {
 		if time.Since(r.lastSeen) <= s.cfg.NodeTTL && r.info.Status == "up" {
 			out = append(out, r.info)
@@ -375,7 +374,7 @@ func (w want) String() string {
 // fits reports whether node n can take the placement: it is not
 // cordoned, has room (on a disk that is not critically full), offers the
 // runtime and carries every label.
-func (w want) fits(n nodes.Info) bool {
+func (w want) fits(n events.NodeInfo) bool {
 	if n.Cordoned || n.Sessions >= n.Capacity || n.DiskCritical() {
 		return false
 	}
@@ -393,10 +392,10 @@ func (w want) fits(n nodes.Info) bool {
 // pick returns, among the nodes that are up and fit w (skipping those in
 // tried), one with a free warm-pool sandbox of w's image if any has one,
 // and the least loaded (sessions over capacity) of those.
-func (s *Scheduler) pick(w want, tried map[string]bool) (nodes.Info, bool) {
-	var best nodes.Info
+func (s *Scheduler) pick(w want, tried map[string]bool) (events.NodeInfo, bool) {
+	var best events.NodeInfo
 	found := false
-	warm := func(n nodes.Info) bool { return w.image != "" && n.Pools[w.image] > 0 }
+	warm := func(n events.NodeInfo) bool { return w.image != "" && n.Pools[w.image] > 0 }
 	for _, n := range s.Nodes() {
 		if tried[n.Node] || !w.fits(n) {
 			continue
@@ -413,7 +412,7 @@ func (s *Scheduler) pick(w want, tried map[string]bool) (nodes.Info, bool) {
 }
 
 // await waits up to the configured bound for a suitable node.
-func (s *Scheduler) await(ctx context.Context, w want, tried map[string]bool) (nodes.Info, bool) {
+func (s *Scheduler) await(ctx context.Context, w want, tried map[string]bool) (events.NodeInfo, bool) {
 	deadline := time.NewTimer(s.cfg.WaitForNode)
 	defer deadline.Stop()
 	for {
@@ -426,9 +425,9 @@ func (s *Scheduler) await(ctx context.Context, w want, tried map[string]bool) (n
 		select {
 		case <-changed:
 		case <-deadline.C:
-			return nodes.Info{}, false
+			return events.NodeInfo{}, false
 		case <-ctx.Done():
-			return nodes.Info{}, false
+			return events.NodeInfo{}, false
 		}
 	}
 }
