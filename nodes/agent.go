@@ -272,7 +272,7 @@ func (a *Agent) unsubscribeNode() {
 // quota_exceeded at once, so that one tenant's flood neither takes every
 // slot nor queues in front of another tenant. A panic outside an
 // operation (in decoding, say) is recovered, logged and answered as
-// internal; one inside an operation is the operation's (see guard).
+// internal; one inside an operation is the operation's (see the recovered layer).
 func (a *Agent) dispatch(tenant string, h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		// A message JetStream delivered onto a command subject (a consumer
