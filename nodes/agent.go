@@ -37,6 +37,10 @@ type Agent struct {
 	order   []string // runtime names in preference order
 	ops     map[commands.Op]opDef
 	tracer  *tracing.Tracer
+	// handle runs every operation (pipeline.go); teardowns end a
+	// session's parts, in order (teardown.go). Both are set once in New.
+	handle    handler
+	teardowns []teardownHook
 
 	// ctx is cancelled by Close once the drain bound has passed; in-flight
 	// operations run under it.
@@ -97,6 +101,8 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 		ops:      sessionOps(),
 		tracer:   tracing.New(cfg.TracerProvider),
 	}
+	a.handle = a.newPipeline()
+	a.teardowns = a.teardownHooks()
 	for _, rt := range rts {
 		if _, dup := a.runtimes[rt.Name()]; dup {
 			return nil, fmt.Errorf("nodes: runtime %q given twice", rt.Name())
@@ -215,9 +221,7 @@ func (a *Agent) Close(ctx context.Context) error {
 	// ends now, its proc_exit saying lost.
 	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	for _, s := range a.held() {
-		s.procs.end(pctx, "stopping with its node", ProcLost)
-		s.closePorts()
-		s.closeEgress()
+		_ = a.teardown(pctx, s, ending{why: "stopping with its node", proc: ProcLost})
 	}
 	pcancel()
 	a.cancel()
@@ -268,7 +272,7 @@ func (a *Agent) unsubscribeNode() {
 // quota_exceeded at once, so that one tenant's flood neither takes every
 // slot nor queues in front of another tenant. A panic outside an
 // operation (in decoding, say) is recovered, logged and answered as
-// internal; one inside an operation is the operation's (see guard).
+// internal; one inside an operation is the operation's (see the recovered layer).
 func (a *Agent) dispatch(tenant string, h func(ctx context.Context, m *nats.Msg)) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		// A message JetStream delivered onto a command subject (a consumer
@@ -376,25 +380,6 @@ func (a *Agent) subscribe(s *session) error {
 		return errcode.New(errcode.Unavailable, "node %s is draining", a.cfg.ID)
 	}
 	return nil
-}
-
-// forget drops s from the agent and stops serving its subject.
-func (a *Agent) forget(s *session) {
-	a.mu.Lock()
-	if a.sessions[sessionKey(s.tenant, s.id)] == s {
-		delete(a.sessions, sessionKey(s.tenant, s.id))
-	}
-	a.mu.Unlock()
-	s.mu.Lock()
-	sub := s.sub
-	s.sub = nil
-	s.mu.Unlock()
-	if sub != nil {
-		_ = sub.Unsubscribe()
-		_ = a.nc.Flush()
-	}
-	s.closePorts()
-	s.closeEgress()
 }
 
 func (a *Agent) respond(m *nats.Msg, data []byte) {

@@ -116,26 +116,23 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 	}
 	s := a.newSession(p.Tenant, p.SessionID, cs, spec.SecretEnv, 1)
 	if held, err := a.hold(s); err != nil {
-		if held != nil && req.CommandID != "" {
-			// A retry of the create that made the session this node holds.
-			if first, lerr := held.memory.lookup(req.CommandID, commands.OpCreate, argsDigest(req.Args)); lerr != nil {
-				return commands.ErrorReply(lerr)
-			} else if first != nil {
-				return first.await(ctx, a.cfg.ID)
-			}
+		if held == nil {
+			return commands.ErrorReply(err)
 		}
-		return commands.ErrorReply(err)
+		// A retry of the create that made the session this node holds gets
+		// its outcome from the session's memory; any other create of it is
+		// refused, recorded nowhere.
+		return a.idempotent(refused(err))(ctx, &call{s: held, req: req, op: commands.OpCreate})
 	}
 	defer func() {
 		if s.getStatus() == projection.StatusCreating {
 			a.forget(s)
 		}
 	}()
-	var slot *remembered
-	if req.CommandID != "" {
-		slot, _, _ = s.memory.claim(req.CommandID, commands.OpCreate, argsDigest(req.Args)) // a new session: never seen
-	}
-	reply, fin, startErr := a.execute(ctx, s, req, commands.OpCreate, cs, func(ctx context.Context) (outcome, error) {
+	c := &call{s: s, req: req, op: commands.OpCreate, start: cs}
+	// The session's events are not empty: someone created it first.
+	c.fromHistory = func(ctx context.Context) []byte { return a.createRetry(ctx, p.Tenant, p.SessionID, req.CommandID) }
+	c.run = func(ctx context.Context) (outcome, error) {
 		if err := a.cfg.Policy.checkCreate(spec, rtName); err != nil {
 			return outcome{}, err
 		}
@@ -164,15 +161,17 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 			result: commands.CreateResult{SessionID: p.SessionID, Node: a.cfg.ID, Runtime: rtName, Status: st},
 			data:   events.StatusFinish{Status: st, ContainerID: containerID(sb), Made: made(sb)},
 		}, nil
-	})
-	if errcode.Of(startErr) == errcode.ConcurrencyConflict {
-		// The session's events are not empty: someone created it first.
-		reply = a.createRetry(ctx, p.Tenant, p.SessionID, req.CommandID)
 	}
-	if slot != nil {
-		s.memory.settle(req.CommandID, slot, reply, fin, startErr == nil)
+	return a.handle(ctx, c)
+}
+
+// refused is a handler that runs nothing: it answers err, and the call's
+// start counts as not recorded (a command id it claimed is forgotten).
+func refused(err error) handler {
+	return func(_ context.Context, c *call) []byte {
+		c.startErr = err
+		return commands.ErrorReply(err)
 	}
-	return reply
 }
 
 // hold registers s with the agent, unless the agent is draining, full, or

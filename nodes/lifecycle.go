@@ -23,6 +23,11 @@ func runRunning(ctx context.Context, _ *Agent, s *session, _ *none) (outcome, er
 // statusOutcome is the outcome of an op that moves s to status st.
 func statusOutcome(s *session, st projection.Status) outcome {
 	s.setStatus(st)
+	return statusResult(st)
+}
+
+// statusResult is the outcome of an op that moved its session to st.
+func statusResult(st projection.Status) outcome {
 	return outcome{result: commands.StatusResult{Status: string(st)}, data: events.StatusFinish{Status: string(st)}}
 }
 
@@ -53,11 +58,9 @@ func runStop(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error
 	if err != nil {
 		return outcome{}, err
 	}
-	s.procs.end(ctx, "stopping", ProcStopped)
-	if err := s.sandbox().Stop(ctx); err != nil {
+	if err := a.teardown(ctx, s, ending{why: "stopping", proc: ProcStopped, sandbox: stopSandbox, status: projection.StatusStopped}); err != nil {
 		return outcome{}, err
 	}
-	s.setStatus(projection.StatusStopped)
 	st := string(projection.StatusStopped)
 	return outcome{
 		result: commands.SnapshotResult{Status: st, Snapshot: snap},
@@ -65,22 +68,20 @@ func runStop(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error
 	}, nil
 }
 
-func runShutdown(ctx context.Context, _ *Agent, s *session, _ *none) (outcome, error) {
-	s.procs.end(ctx, "shutting down", ProcStopped)
-	if err := s.sandbox().Shutdown(ctx); err != nil {
+func runShutdown(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error) {
+	if err := a.teardown(ctx, s, ending{why: "shutting down", proc: ProcStopped, sandbox: shutDownSandbox, status: projection.StatusShutDown}); err != nil {
 		return outcome{}, err
 	}
-	return statusOutcome(s, projection.StatusShutDown), nil
+	return statusResult(projection.StatusShutDown), nil
 }
 
 // runDelete shuts the sandbox down and forgets the session once its
 // finish is recorded; the session id is never used again.
 func runDelete(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error) {
-	s.procs.end(ctx, "being deleted", ProcStopped)
-	if err := s.sandbox().Shutdown(ctx); err != nil {
+	if err := a.teardown(ctx, s, ending{why: "being deleted", proc: ProcStopped, sandbox: shutDownSandbox, status: projection.StatusDeleted}); err != nil {
 		return outcome{}, err
 	}
-	out := statusOutcome(s, projection.StatusDeleted)
+	out := statusResult(projection.StatusDeleted)
 	out.after = func() { a.forget(s) }
 	return out, nil
 }

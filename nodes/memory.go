@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"slices"
 	"sync"
 
 	"github.com/paddock-dev/paddock/commands"
@@ -111,6 +112,9 @@ func (m *memory) settle(id string, r *remembered, reply []byte, fin *events.Even
 	if !recorded {
 		if m.entries[id] == r {
 			delete(m.entries, id)
+			if i := slices.Index(m.order, id); i >= 0 {
+				m.order = slices.Delete(m.order, i, i+1) // not counted against the bound
+			}
 		}
 		r.reply = reply
 		m.mu.Unlock()

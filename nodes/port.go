@@ -36,8 +36,8 @@ const (
 
 // portForward is a listener on the node that forwards each connection to
 // one port of one sandbox. It is owned by its session: closed when the
-// sandbox stops running there (setStatus), when the node lets the session
-// go, and when the node closes.
+// sandbox stops running there, when the node lets the session
+// go, and when the node closes (the ports teardown hook, teardown.go).
 type portForward struct {
 	ln    net.Listener
 	sb    runtime.Sandbox // the sandbox it reaches; another sandbox ends it

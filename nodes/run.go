@@ -5,18 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
-	"github.com/paddock-dev/paddock/tracing"
 )
 
 // Every op runs through one path:
@@ -25,10 +22,11 @@ import (
 //	FINISH event → reply
 //
 // A request refused by decode or validate is answered and not recorded
-// (it is not an operation). Everything past the start event ends with
-// exactly one finish event, also when the op panics: the panic is
-// recovered, logged with its stack, recorded as an internal failure, and
-// the node goes on serving every other session.
+// (it is not an operation). What follows is the pipeline's (pipeline.go):
+// everything past the start event ends with exactly one finish event,
+// also when the op panics: the panic is recovered, logged with its stack,
+// recorded as an internal failure, and the node goes on serving every
+// other session.
 
 // outcome is what an op reports for its finish event and reply.
 type outcome struct {
@@ -77,8 +75,7 @@ func (a *Agent) refuse(ctx context.Context, s *session, req commands.Request, op
 	if caller.Account != "" {
 		req.Actor = caller.Account + "/" + caller.User
 	}
-	reply, _, _ := a.execute(ctx, s, req, op, nil, func(context.Context) (outcome, error) { return outcome{}, cause })
-	return reply
+	return a.perform(ctx, s, req, op, nil, func(context.Context) (outcome, error) { return outcome{}, cause })
 }
 
 // validate calls args' Validate method, if it has one.
@@ -87,105 +84,6 @@ func validate(args any) error {
 		return v.Validate()
 	}
 	return nil
-}
-
-// perform runs one operation on s unless its command id has been seen:
-// then it answers with the first outcome and runs nothing.
-func (a *Agent) perform(ctx context.Context, s *session, req commands.Request, op commands.Op, startData any, fn func(ctx context.Context) (outcome, error)) []byte {
-	if req.CommandID == "" {
-		reply, _, _ := a.execute(ctx, s, req, op, startData, fn)
-		return reply
-	}
-	slot, seen, err := s.memory.claim(req.CommandID, op, argsDigest(req.Args))
-	if err != nil {
-		return commands.ErrorReply(err)
-	}
-	if seen {
-		return slot.await(ctx, a.cfg.ID)
-	}
-	reply, fin, startErr := a.execute(ctx, s, req, op, startData, fn)
-	s.memory.settle(req.CommandID, slot, reply, fin, startErr == nil)
-	return reply
-}
-
-// execute appends the start event, runs fn, appends the finish event and
-// returns the reply and the finish event. When the start cannot be
-// appended nothing runs or is recorded, and startErr says why.
-func (a *Agent) execute(ctx context.Context, s *session, req commands.Request, op commands.Op, startData any, fn func(ctx context.Context) (outcome, error)) (reply []byte, fin *events.Event, startErr error) {
-	// The op's span is the one its events name (package tracing).
-	ctx, span, ids := a.tracer.Start(ctx, "paddock.node "+string(op), trace.SpanKindServer, req.TraceID, req.ParentSpanID, a.tracer.OpAttrs(s.tenant, s.id, string(op), a.cfg.ID)...)
-	var spanErr error
-	defer func() { tracing.End(span, string(errcode.Of(spanErr)), spanErr) }()
-	defer s.working()() // an op is activity: the session is not idle while it runs
-	base := events.Event{
-		Version: events.Version, Tenant: s.tenant, SessionID: s.id, Op: string(op),
-		CommandID: req.CommandID, SpanID: ids.SpanID, ParentSpanID: ids.ParentSpanID,
-		TraceID: ids.TraceID, Node: a.cfg.ID, Actor: req.Actor,
-	}
-	start := base
-	start.EventID = uuid.NewString()
-	start.TS = time.Now().UTC()
-	start.Phase = events.PhaseStart
-	start.Data = a.encodeData(s, op, start.Phase, startData)
-	if err := a.appendEvent(ctx, s, &start); err != nil {
-		a.letGoIfMoved(s)
-		spanErr = err
-		return commands.ErrorReply(err), nil, err
-	}
-
-	began := time.Now()
-	rctx, rspan := a.tracer.Child(ctx, "paddock.runtime "+string(op), a.tracer.RuntimeAttrs(s.runtime)...)
-	out, opErr := a.guard(s, op, func() (outcome, error) {
-		return fn(context.WithValue(context.WithValue(rctx, startSeqKey{}, start.Seq), commandIDKey{}, req.CommandID))
-	})
-	tracing.End(rspan, string(errcode.Of(opErr)), opErr)
-	if opErr == nil {
-		reply, opErr = commands.ResultReply(out.result)
-	}
-	dur := float64(time.Since(began).Microseconds()) / 1000
-
-	f := base
-	f.EventID = uuid.NewString()
-	f.TS = time.Now().UTC()
-	f.Phase = events.PhaseFinish
-	f.DurationMS = &dur
-	ok := opErr == nil
-	if opErr != nil {
-		e := a.wireError(s, op, opErr)
-		opErr = e
-		retry := e.Code.Retryable()
-		f.ErrorCode, f.ErrorType, f.ErrorMessage, f.ErrorRetryable = string(e.Code), "errcode.Error", e.Message, &retry
-	} else {
-		if out.ok != nil {
-			ok = *out.ok
-		}
-		f.Data = a.encodeData(s, op, f.Phase, out.data)
-		f.ExitCode = out.exitCode
-		if lim := a.cfg.Capture.Limit; lim > 0 {
-			f.Stdout, f.StdoutEncoding, f.StdoutTruncated = capture(out.stdout, out.outTrunc, lim)
-			f.Stderr, f.StderrEncoding, f.StderrTruncated = capture(out.stderr, out.errTrunc, lim)
-		}
-	}
-	f.OK = &ok
-	a.observeOp(s, op, &f, time.Since(began))
-	// The finish is appended even when the agent is being cancelled: an
-	// operation that ran must be recorded as ended.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := a.appendEvent(fctx, s, &f); err != nil {
-		a.letGoIfMoved(s)
-		a.logger.Error("finish event not recorded", "tenant", s.tenant, "session", s.id, "op", op, "err", err)
-		spanErr = err
-		return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "the operation ran but its finish event was not recorded")), nil, nil
-	}
-	if opErr != nil {
-		spanErr = opErr
-		return commands.ErrorReply(opErr), &f, nil
-	}
-	if out.after != nil {
-		out.after()
-	}
-	return reply, &f, nil
 }
 
 // letGoIfMoved stops serving s once another writer took its history
@@ -202,8 +100,7 @@ func (a *Agent) letGoIfMoved(s *session) {
 	// node can record nothing more for the session.
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	s.procs.end(done, "taken over by another writer", ProcLost)
-	a.forget(s)
+	_ = a.teardown(done, s, ending{why: "taken over by another writer", proc: ProcLost, leave: true})
 }
 
 func orNone(s string) string {
@@ -211,18 +108,6 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
-}
-
-// guard runs fn and turns a panic into an internal error, logged with its
-// stack, so that one bad op cannot take the node and its sessions down.
-func (a *Agent) guard(s *session, op commands.Op, fn func() (outcome, error)) (out outcome, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			a.logger.Error("operation panicked", "tenant", s.tenant, "session", s.id, "op", op, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			out, err = outcome{}, errcode.New(errcode.Internal, "internal error in %s; the node's log has the cause", op)
-		}
-	}()
-	return fn()
 }
 
 // wireError returns err as it is recorded and answered: its code, and a

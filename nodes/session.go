@@ -202,10 +202,9 @@ func (s *session) setStatus(st projection.Status) {
 	s.mu.Unlock()
 	if st == projection.StatusRunning {
 		s.procs.reopen() // a stop refused new processes until now
-	} else {
-		s.closePorts() // reachable only while it runs
-		s.closeEgress()
 	}
+	// A session that stops running is no longer reachable: its teardown
+	// (teardown.go) closes its forwards and its egress proxy.
 }
 
 func (s *session) snapshot() *commands.Snapshot {

@@ -1,0 +1,25 @@
+package nodes
+
+import "context"
+
+// WatchTeardown makes report tell each teardown hook a runs, as it runs:
+// the session's id, the hook's name, and why the session's parts end (""
+// when the node only lets the session go). Call it before a.Start.
+func WatchTeardown(a *Agent, report func(session, hook, why string)) {
+	for i, h := range a.teardowns {
+		run, name := h.run, h.name
+		a.teardowns[i].run = func(ctx context.Context, s *session, e ending) error {
+			report(s.id, name, e.why)
+			return run(ctx, s, e)
+		}
+	}
+}
+
+// TeardownHooks returns the names of a's teardown hooks, in their order.
+func TeardownHooks(a *Agent) []string {
+	var out []string
+	for _, h := range a.teardowns {
+		out = append(out, h.name)
+	}
+	return out
+}
