@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paddock-dev/paddock/supervisor"
+	"github.com/paddock-dev/paddock/nodes/runtime/supervisor"
 )
 
 var (

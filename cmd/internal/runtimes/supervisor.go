@@ -20,7 +20,7 @@ import (
 	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
-	"github.com/paddock-dev/paddock/supervisor"
+	"github.com/paddock-dev/paddock/nodes/runtime/supervisor"
 )
 
 // DockerFlags are the Docker runtime's flags that agent-node and engine
