@@ -36,7 +36,8 @@ func NewClient(conn *Conn, root string) *Client { return &Client{conn: conn, roo
 // Limits of what the node takes from a supervisor.
 const (
 	// processOutputMax bounds the output a process holds for its reader;
-	// past it the stream's window stays closed, and so the program waits.
+	// past it the copying waits for the reader, and so (through the
+	// stream's window) does the program.
 	processOutputMax = 1 << 20
 	// stdinWait bounds a write to a process's stdin: a process that does
 	// not read it holds a writer this long at most.
@@ -299,6 +300,7 @@ type DeniedWrite struct {
 	Replay io.Reader
 }
 
+// Error says the write was refused, as ErrDenied does.
 func (d *DeniedWrite) Error() string { return ErrDenied.Error() }
 
 // Unwrap returns ErrDenied.
