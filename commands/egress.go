@@ -1,7 +1,7 @@
 package commands
 
 import (
-	"github.com/paddock-dev/paddock/egress"
+	"github.com/paddock-dev/paddock/egress/allowlist"
 	"github.com/paddock-dev/paddock/errcode"
 )
 
@@ -30,16 +30,16 @@ type Egress struct {
 // Validate checks the policy.
 func (e *Egress) Validate() error {
 	switch e.Mode {
-	case egress.ModeNone, egress.ModeOpen:
+	case allowlist.ModeNone, allowlist.ModeOpen:
 		if len(e.Allow) > 0 {
 			return errcode.New(errcode.InvalidRequest, "egress mode %q takes no allow list (mode allow does)", e.Mode)
 		}
 		return nil
-	case egress.ModeAllow:
+	case allowlist.ModeAllow:
 		if len(e.Allow) == 0 {
 			return errcode.New(errcode.InvalidRequest, "egress mode allow needs an allow list (mode none allows nothing)")
 		}
-		_, err := egress.Parse(e.Allow)
+		_, err := allowlist.Parse(e.Allow)
 		return err
 	}
 	return errcode.New(errcode.InvalidRequest, "egress mode %q: want none, allow or open", clip(e.Mode, 32))
@@ -52,7 +52,7 @@ func EffectiveEgress(network bool, e *Egress) Egress {
 	case e != nil:
 		return *e
 	case network:
-		return Egress{Mode: egress.ModeOpen}
+		return Egress{Mode: allowlist.ModeOpen}
 	}
-	return Egress{Mode: egress.ModeNone}
+	return Egress{Mode: allowlist.ModeNone}
 }

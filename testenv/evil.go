@@ -18,7 +18,7 @@ var (
 )
 
 // EvilSupervisor builds the hostile supervisor of the tests
-// (supervisor/internal/evil, static) once per test binary and returns the
+// (nodes/runtime/supervisor/internal/evil, static) once per test binary and returns the
 // binary's bytes, for a test to write into a sandbox; nothing of the build
 // is left on disk. A failed build fails the test.
 func EvilSupervisor(t testing.TB) []byte {
@@ -43,11 +43,11 @@ func buildEvil() ([]byte, error) {
 	out := filepath.Join(dir, "evil")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./supervisor/internal/evil")
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./nodes/runtime/supervisor/internal/evil")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./supervisor/internal/evil: %w\n%s", err, b)
+		return nil, fmt.Errorf("go build ./nodes/runtime/supervisor/internal/evil: %w\n%s", err, b)
 	}
 	return os.ReadFile(out)
 }

@@ -13,12 +13,12 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 
-	"github.com/paddock-dev/paddock/nodes/runtime/docker"
+	"github.com/paddock-dev/paddock/images"
 )
 
 // SandboxImage is the tag of the sandbox base image the tests use (the
-// Docker runtime's docker.BaseImage).
-const SandboxImage = docker.BaseImage
+// Docker runtime's images.Base).
+const SandboxImage = images.Base
 
 // ci reports whether the tests run in CI, where a missing Docker engine or
 // busybox is a failure, never a skip.
@@ -79,7 +79,7 @@ func SandboxBaseImage(t testing.TB) string {
 	if present() {
 		return SandboxImage
 	}
-	if err := docker.CheckBusybox(docker.DefaultBusybox); err != nil {
+	if err := images.CheckBusybox(images.DefaultBusybox); err != nil {
 		if ci() {
 			t.Fatalf("CI=true but the sandbox image cannot be built: %v", err)
 		}
@@ -101,9 +101,9 @@ func SandboxBaseImage(t testing.TB) string {
 
 // BuildSandboxImage builds the sandbox base image under tag from the
 // host's busybox-static (/bin/busybox) through the engine API; see
-// docker.BuildBaseImage. It is not a test helper: commands can use it.
+// images.BuildBase. It is not a test helper: commands can use it.
 func BuildSandboxImage(ctx context.Context, cli *client.Client, tag string) error {
-	return docker.BuildBaseImage(ctx, cli, tag, docker.DefaultBusybox)
+	return images.BuildBase(ctx, cli, tag, images.DefaultBusybox)
 }
 
 // lockFile takes an exclusive flock on p (made if missing) and returns
@@ -121,8 +121,8 @@ func lockFile(p string) (func(), error) {
 }
 
 // PythonSandboxImage makes sure the sandbox image with Python
-// (docker.PythonImage) is on the engine, building it when it is not (see
-// docker.BuildPythonImage: debootstrap once per machine, then from the
+// (images.Python) is on the engine, building it when it is not (see
+// images.BuildPython: debootstrap once per machine, then from the
 // cached root file system), and returns its tag. When it cannot be built
 // (no debootstrap, not root, no mirror) the test is skipped, or fails when
 // CI=true.
@@ -135,28 +135,28 @@ func PythonSandboxImage(t testing.TB) string {
 	defer cancel()
 	present := func() bool {
 		t.Helper()
-		_, err := cli.ImageInspect(ctx, docker.PythonImage)
+		_, err := cli.ImageInspect(ctx, images.Python)
 		if err != nil && !errdefs.IsNotFound(err) {
-			t.Fatalf("inspect %s: %v", docker.PythonImage, err)
+			t.Fatalf("inspect %s: %v", images.Python, err)
 		}
 		return err == nil
 	}
 	if present() {
-		return docker.PythonImage
+		return images.Python
 	}
 	if unlock, err := lockFile(filepath.Join(os.TempDir(), "paddock-python-image.lock")); err != nil {
 		t.Logf("building without the lock file (two test binaries may both build): %v", err)
 	} else {
 		defer unlock()
 		if present() {
-			return docker.PythonImage
+			return images.Python
 		}
 	}
-	if err := docker.BuildPythonImage(ctx, cli, docker.PythonImage, docker.PythonImageConfig{}); err != nil {
+	if err := images.BuildPython(ctx, cli, images.Python, images.PythonConfig{}); err != nil {
 		if ci() {
 			t.Fatalf("CI=true but the Python sandbox image cannot be built: %v", err)
 		}
 		t.Skipf("cannot build the Python sandbox image: %v", err)
 	}
-	return docker.PythonImage
+	return images.Python
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paddock-dev/paddock/supervisor"
+	"github.com/paddock-dev/paddock/images"
 )
 
 var (
@@ -36,7 +36,7 @@ func SupervisorBinary(t testing.TB) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		supervisorPath = filepath.Join(os.TempDir(), "paddock-supervisor-"+strconv.Itoa(os.Getuid()), "paddock-supervisor")
-		supervisorErr = supervisor.Build(ctx, goTool(), root, supervisorPath)
+		supervisorErr = images.BuildSupervisor(ctx, goTool(), root, supervisorPath)
 	})
 	if supervisorErr != nil {
 		t.Fatalf("build the supervisor: %v", supervisorErr)

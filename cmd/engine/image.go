@@ -8,7 +8,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/paddock-dev/paddock/errcode"
-	"github.com/paddock-dev/paddock/nodes/runtime/docker"
+	"github.com/paddock-dev/paddock/images"
 )
 
 // imageCmd serves `engine image build-base [--tag T] [--busybox PATH]`: it
@@ -21,11 +21,11 @@ func imageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return pythonImageCmd(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "build-base" {
-		return usageErr("usage: engine image build-base [--tag %s] [--busybox %s] | engine image build-python [--tag %s] [--suite S] [--mirror URL] [--cache-dir D] [--rootfs DIR]", docker.BaseImage, docker.DefaultBusybox, docker.PythonImage)
+		return usageErr("usage: engine image build-base [--tag %s] [--busybox %s] | engine image build-python [--tag %s] [--suite S] [--mirror URL] [--cache-dir D] [--rootfs DIR]", images.Base, images.DefaultBusybox, images.Python)
 	}
 	fs := newFlagSet("image build-base", stderr)
-	tag := fs.String("tag", docker.BaseImage, "tag of the image")
-	busybox := fs.String("busybox", docker.DefaultBusybox, "statically linked busybox binary to build from")
+	tag := fs.String("tag", images.Base, "tag of the image")
+	busybox := fs.String("busybox", images.DefaultBusybox, "statically linked busybox binary to build from")
 	pos, _, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
@@ -38,7 +38,7 @@ func imageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer cli.Close()
-	if err := docker.BuildBaseImage(ctx, cli, *tag, *busybox); err != nil {
+	if err := images.BuildBase(ctx, cli, *tag, *busybox); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "")
 	}
 	fmt.Fprintln(stdout, *tag)
@@ -52,8 +52,8 @@ func imageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // cached) and prints the tag. Nodes must allow it: --allow-image.
 func pythonImageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("image build-python", stderr)
-	tag := fs.String("tag", docker.PythonImage, "tag of the image")
-	var cfg docker.PythonImageConfig
+	tag := fs.String("tag", images.Python, "tag of the image")
+	var cfg images.PythonConfig
 	fs.StringVar(&cfg.Suite, "suite", "bookworm", "Debian release")
 	fs.StringVar(&cfg.Mirror, "mirror", "http://deb.debian.org/debian", "Debian mirror")
 	fs.StringVar(&cfg.CacheDir, "cache-dir", "", "where the root file system tarball is kept (default: <user cache dir>/paddock)")
@@ -70,7 +70,7 @@ func pythonImageCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer cli.Close()
-	if err := docker.BuildPythonImage(ctx, cli, *tag, cfg); err != nil {
+	if err := images.BuildPython(ctx, cli, *tag, cfg); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "")
 	}
 	fmt.Fprintln(stdout, *tag)

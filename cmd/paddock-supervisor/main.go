@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
-	"github.com/paddock-dev/paddock/supervisor"
+	"github.com/paddock-dev/paddock/nodes/runtime/supervisor"
 )
 
 func main() {

@@ -29,6 +29,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docker/docker/client"
+
+	"github.com/paddock-dev/paddock/images"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
@@ -104,7 +107,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 		if err != nil {
 			return nil, nil, err
 		}
-		ensureBaseImage(ctx, rt, logger)
+		ensureBaseImage(ctx, logger)
 		diskReport(ctx, rt, opts, logger)
 		if err := startPools(ctx, rt, opts, logger); err != nil {
 			return nil, nil, errors.Join(err, rt.Close())
@@ -116,7 +119,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 			if err != nil {
 				return nil, nil, fmt.Errorf("this host has Docker but its daemon did not answer within %s; not falling back to the local runtime, which is no security boundary (start Docker, or name --runtime local): %w", opts.DockerWait, err)
 			}
-			ensureBaseImage(ctx, rt, logger)
+			ensureBaseImage(ctx, logger)
 			diskReport(ctx, rt, opts, logger)
 			if err := startPools(ctx, rt, opts, logger); err != nil {
 				return nil, nil, errors.Join(err, rt.Close())
@@ -140,13 +143,19 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 // that a first `engine serve` on a fresh machine can create sessions; when
 // it cannot, it says on the log what to install and run. Creates of the
 // base image fail with image_not_found until then.
-func ensureBaseImage(ctx context.Context, rt *docker.Runtime, logger *slog.Logger) {
-	built, err := rt.EnsureImage(ctx, docker.BaseImage, docker.DefaultBusybox)
+func ensureBaseImage(ctx context.Context, logger *slog.Logger) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		logger.Warn("no sandbox base image", "image", images.Base, "err", err)
+		return
+	}
+	defer cli.Close()
+	built, err := images.EnsureBase(ctx, cli, images.Base, images.DefaultBusybox)
 	switch {
 	case err != nil:
-		logger.Warn("no sandbox base image", "image", docker.BaseImage, "err", err)
+		logger.Warn("no sandbox base image", "image", images.Base, "err", err)
 	case built:
-		logger.Info("built the sandbox base image", "image", docker.BaseImage)
+		logger.Info("built the sandbox base image", "image", images.Base)
 	}
 }
 
@@ -154,7 +163,7 @@ func ensureBaseImage(ctx context.Context, rt *docker.Runtime, logger *slog.Logge
 // on the log: a warning when it cannot, and when the disk directory
 // shares the state directory's file system.
 func diskReport(ctx context.Context, rt *docker.Runtime, opts Options, logger *slog.Logger) {
-	ds, err := rt.ProbeDisk(ctx, docker.BaseImage)
+	ds, err := rt.ProbeDisk(ctx, images.Base)
 	switch {
 	case err != nil:
 		logger.Warn("cannot probe the sandboxes' disk limit yet; the first create will", "err", err)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/images"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
-	"github.com/paddock-dev/paddock/supervisor"
 )
 
 // DockerFlags are the Docker runtime's flags that agent-node and engine
@@ -180,7 +180,7 @@ func findSupervisor(ctx context.Context, logger *slog.Logger) string {
 	out := filepath.Join(base, "paddock", "bin", "paddock-supervisor")
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if err := supervisor.Build(bctx, goTool, src, out); err != nil {
+	if err := images.BuildSupervisor(bctx, goTool, src, out); err != nil {
 		logger.Warn("cannot build paddock-supervisor from the source tree", "err", err)
 		return ""
 	}

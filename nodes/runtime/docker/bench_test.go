@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paddock-dev/paddock/archive"
+	"github.com/paddock-dev/paddock/images"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/testenv"
@@ -40,8 +41,8 @@ func benchEnv(b *testing.B) (*client.Client, string) {
 	if _, err := cli.Ping(ctx); err != nil {
 		b.Skipf("no Docker daemon answers: %v", err)
 	}
-	if _, err := cli.ImageInspect(ctx, docker.BaseImage); errdefs.IsNotFound(err) {
-		if err := docker.CheckBusybox(docker.DefaultBusybox); err != nil {
+	if _, err := cli.ImageInspect(ctx, images.Base); errdefs.IsNotFound(err) {
+		if err := images.CheckBusybox(images.DefaultBusybox); err != nil {
 			b.Skipf("no base image and none can be built: %v", err)
 		}
 	}

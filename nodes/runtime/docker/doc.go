@@ -36,9 +36,10 @@
 // started by the keep-alive as the sandbox's user; it dials a unix socket
 // the node listens on in a directory of its own per container (link.go).
 // While it is connected, exec, processes and the file operations go
-// through it (supcalls.go) in a few milliseconds, and what follows
+// through it (supervisor.Client) in a few milliseconds, and what follows
 // describes the Docker API path they take otherwise: another user, a file
-// the sandbox's user may not touch, no supervisor (supervised.go).
+// the sandbox's user may not touch, no supervisor (supervised.go). One
+// place, Sandbox.ops (ops.go), chooses between the two for each call.
 // StartPools keeps warm pools of such containers (pool.go).
 //
 // # Exec

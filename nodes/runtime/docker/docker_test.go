@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/images"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/nodes/runtime/runtimetest"
@@ -202,7 +203,7 @@ func TestEngineDown(t *testing.T) {
 	if !errcode.Of(err).Retryable() {
 		t.Errorf("Ping error %v is not retryable", err)
 	}
-	_, err = rt.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: "s", Image: docker.BaseImage})
+	_, err = rt.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: "s", Image: images.Base})
 	wantCode(t, "Create", err, errcode.RuntimeError)
 	_, err = rt.FindSandboxes(t.Context())
 	wantCode(t, "FindSandboxes", err, errcode.RuntimeError)
@@ -221,7 +222,7 @@ func TestBadSpecs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer offline.Close()
-	base := runtime.Spec{Tenant: "t", SessionID: "s", Epoch: 1, Image: docker.BaseImage}
+	base := runtime.Spec{Tenant: "t", SessionID: "s", Epoch: 1, Image: images.Base}
 	for _, tc := range []struct {
 		name string
 		edit func(*runtime.Spec)

@@ -59,13 +59,16 @@ func (s *Sandbox) exec(ctx context.Context, spec runtime.ExecSpec, held bool) (r
 	if maxOut <= 0 {
 		maxOut = commands.MaxOutputBytes
 	}
-	if c := s.supConn(spec.User); c != nil && !held {
-		res, err := s.supExec(ctx, c, spec, maxOut)
-		if errcode.Of(err) == errcode.RuntimeError && !s.runningNow(ctx) {
-			err = errcode.Wrap(errcode.InvalidState, err, "exec: the sandbox stopped")
-		}
-		return res, err
+	if held {
+		// The caller holds s.life around Docker API calls of its own
+		// (rmStopped): the command goes the same way.
+		return s.apiExec(ctx, spec, maxOut, true)
 	}
+	return s.ops(spec.User).exec(ctx, spec, maxOut)
+}
+
+// apiExec is exec through the Docker API (see exec for held).
+func (s *Sandbox) apiExec(ctx context.Context, spec runtime.ExecSpec, maxOut int, held bool) (runtime.ExecResult, error) {
 	cwd, err := s.cwd(ctx, spec.Cwd)
 	if err != nil {
 		return runtime.ExecResult{}, err

@@ -18,7 +18,6 @@ import (
 
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
-	"github.com/paddock-dev/paddock/supervisor"
 )
 
 // ReadFile returns a regular file's content and permission bits. A path
@@ -39,11 +38,11 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string, limit int64) ([]byte, 
 // and permission bits; a file over limit is payload_too_large before
 // anything is written.
 func (s *Sandbox) ReadFileTo(ctx context.Context, p string, w io.Writer, limit int64) (int64, fs.FileMode, error) {
-	if c := s.supConn(""); c != nil {
-		if n, mode, err := s.supReadTo(ctx, c, p, w, limit); !errors.Is(err, errDenied) {
-			return n, mode, err
-		}
-	}
+	return s.ops("").readTo(ctx, p, w, limit)
+}
+
+// apiReadTo is ReadFileTo through the Docker API.
+func (s *Sandbox) apiReadTo(ctx context.Context, p string, w io.Writer, limit int64) (int64, fs.FileMode, error) {
 	r, err := s.resolve(ctx, p, true)
 	if err != nil {
 		return 0, 0, err
@@ -104,20 +103,15 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 	if rel == "." {
 		return errcode.New(errcode.InvalidPath, "write: the workspace root is not a file")
 	}
-	if c := s.supConn(""); c != nil {
-		if mode == 0 {
-			mode = 0o644
-		}
-		err := s.supWriteFrom(ctx, c, p, src, size, mode)
-		var d *deniedWrite
-		if !errors.As(err, &d) {
-			return err
-		}
-		src = d.replay
-	}
 	if mode == 0 {
 		mode = 0o644
 	}
+	return s.ops("").writeFrom(ctx, p, rel, src, size, mode)
+}
+
+// apiWriteFrom is WriteFileFrom through the Docker API, of the path rel
+// below the workspace root with mode set.
+func (s *Sandbox) apiWriteFrom(ctx context.Context, rel string, src io.Reader, size int64, mode fs.FileMode) (err error) {
 	o, err := s.owner(ctx)
 	if err != nil {
 		return err
@@ -164,12 +158,12 @@ func (s *Sandbox) WriteFileFrom(ctx context.Context, p string, src io.Reader, si
 // (with parents, unless it is a directory); a parent that is not a
 // directory is invalid_request; a path outside the workspace is
 // invalid_path.
-func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) (err error) {
-	if c := s.supConn(""); c != nil {
-		if err := s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpMkdir, Path: p, Parents: parents}); !errors.Is(err, errDenied) {
-			return err
-		}
-	}
+func (s *Sandbox) Mkdir(ctx context.Context, p string, parents bool) error {
+	return s.ops("").mkdir(ctx, p, parents)
+}
+
+// apiMkdir is Mkdir through the Docker API.
+func (s *Sandbox) apiMkdir(ctx context.Context, p string, parents bool) (err error) {
 	rel, err := runtime.Rel(s.root, p)
 	if err != nil {
 		return err
@@ -356,11 +350,12 @@ func (s *Sandbox) Remove(ctx context.Context, p string, recursive bool) error {
 	if rel == "." {
 		return errcode.New(errcode.InvalidPath, "rm: the workspace root cannot be removed")
 	}
-	if c := s.supConn(""); c != nil {
-		if err := s.supSimple(ctx, c, supervisor.CallMsg{Op: supervisor.OpRemove, Path: p, Recursive: recursive}); !errors.Is(err, errDenied) {
-			return err
-		}
-	}
+	return s.ops("").remove(ctx, p, rel, recursive)
+}
+
+// apiRemove is Remove through the Docker API, of the path rel below the
+// workspace root.
+func (s *Sandbox) apiRemove(ctx context.Context, rel string, recursive bool) error {
 	r, err := s.resolve(ctx, rel, false)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/docker/docker/errdefs"
 
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/images"
 )
 
 // ensureImage makes sure the image is on the engine, pulling it within
@@ -30,7 +31,7 @@ func (r *Runtime) ensureImage(ctx context.Context, ref string) (string, error) {
 		}
 		// The daemon's pull error stays in the cause, off the wire.
 		msg := "image " + ref + " is not on the node and cannot be pulled"
-		if ref == BaseImage {
+		if ref == images.Base {
 			msg += "; build it on the node with: engine image build-base (needs Debian's busybox-static)"
 		}
 		return "", errcode.Wrap(errcode.ImageNotFound, perr, msg)
@@ -51,8 +52,8 @@ func (r *Runtime) pull(ctx context.Context, ref string) error {
 	return progressErr(rc)
 }
 
-// progressErr reads the daemon's JSON progress stream of a pull or an
-// import to its end and returns the failure it reports inside it, if any
+// progressErr reads the daemon's JSON progress stream of a pull to its
+// end and returns the failure it reports inside it, if any
 // (the call itself succeeds either way).
 func progressErr(r io.Reader) error {
 	dec := json.NewDecoder(r)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,7 +14,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/paddock-dev/paddock/supervisor"
+	"github.com/paddock-dev/paddock/nodes/runtime/supervisor"
 )
 
 // Where a sandbox sees its supervisor's parts (see package supervisor).
@@ -179,7 +178,7 @@ func (l *link) handshake(nc net.Conn, release func()) {
 		l.mu.Unlock()
 		if env != nil {
 			ctx, cancel := context.WithTimeout(l.ctx, helloWait)
-			err := configure(ctx, c, env)
+			err := supervisor.Configure(ctx, c, env)
 			cancel()
 			if err != nil {
 				c.Close()
@@ -214,17 +213,6 @@ func (l *link) handshake(nc net.Conn, release func()) {
 		l.changed = make(chan struct{})
 	}
 	l.mu.Unlock()
-}
-
-// configure sends a configure call with env and waits for its result.
-func configure(ctx context.Context, c *supervisor.Conn, env map[string]string) error {
-	b, _ := json.Marshal(supervisor.CallMsg{Op: supervisor.OpConfigure, Env: env})
-	st, err := c.Open(ctx, b)
-	if err != nil {
-		return err
-	}
-	_, err = finish(ctx, st)
-	return err
 }
 
 // watch restarts a supervisor that has been gone for restartAfter,
@@ -316,7 +304,7 @@ func (l *link) setEnv(ctx context.Context, env map[string]string) error {
 	if c == nil {
 		return nil // the next connection gets it
 	}
-	return configure(ctx, c, env)
+	return supervisor.Configure(ctx, c, env)
 }
 
 // snapshot returns the link's counters and why its last connection ended.

@@ -36,11 +36,11 @@ const maxListOutput = 64 << 20
 // ~52 ms for a workspace holding a 200 MB file; by archive ~40-55 ms,
 // ~330-460 ms and ~760-800 ms.
 func (s *Sandbox) List(ctx context.Context, p string) ([]commands.Entry, error) {
-	if c := s.supConn(""); c != nil {
-		if out, err := s.supList(ctx, c, p); !errors.Is(err, errDenied) {
-			return out, err
-		}
-	}
+	return s.ops("").list(ctx, p)
+}
+
+// apiList is List through the Docker API.
+func (s *Sandbox) apiList(ctx context.Context, p string) ([]commands.Entry, error) {
 	r, err := s.resolve(ctx, p, false)
 	if err != nil {
 		return nil, err

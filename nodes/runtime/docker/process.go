@@ -1,10 +1,8 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"io"
-	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -74,9 +72,11 @@ func (s *Sandbox) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (r
 	if err := s.checkNotGone("process"); err != nil {
 		return nil, err
 	}
-	if c := s.supConn(spec.User); c != nil {
-		return s.supStartProcess(ctx, c, spec)
-	}
+	return s.ops(spec.User).startProcess(ctx, spec)
+}
+
+// apiStartProcess is StartProcess through the Docker API.
+func (s *Sandbox) apiStartProcess(ctx context.Context, spec runtime.ProcessSpec) (runtime.Process, error) {
 	cwd, err := s.cwd(ctx, spec.Cwd)
 	if err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func (s *Sandbox) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (r
 	}
 
 	p := &process{s: s, execID: created.ID, user: user, tty: spec.TTY, att: att, done: make(chan struct{})}
-	p.out.init(procOutMax)
+	p.out.Init(procOutMax)
 	p.hdr = newPidHeader(&p.out)
 	go p.copyOut() // ends when the stream ends or Close closes it
 
@@ -154,7 +154,7 @@ func (s *Sandbox) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (r
 	case <-p.done:
 	case <-ctx.Done():
 	}
-	msg := p.out.peek()
+	msg := p.out.Peek()
 	_ = p.Close()
 	return nil, s.notStarted(ctx, spec.User, runtime.ExecResult{Stdout: msg})
 }
@@ -167,8 +167,8 @@ type process struct {
 	user   string
 	tty    bool
 	att    types.HijackedResponse
-	hdr    *pidHeader // takes the wrapper's pid line off the output
-	out    outBuffer  // the output, for Read
+	hdr    *pidHeader      // takes the wrapper's pid line off the output
+	out    runtime.OutPipe // the output, for Read
 	done   chan struct{}
 
 	writeMu sync.Mutex // serialises writes to att.Conn
@@ -200,7 +200,7 @@ func (p *process) copyOut() {
 	if err != nil {
 		err = errcode.Wrap(errcode.Unavailable, err, "process: the output stream broke")
 	}
-	p.out.finish(err)
+	p.out.Finish(err)
 }
 
 // exited reports whether the output has ended: the wrapper exited (or
@@ -224,14 +224,14 @@ func (p *process) Read(b []byte) (int, error) { return p.out.Read(b) }
 // connection to the engine fails.
 func (p *process) Write(b []byte) (int, error) {
 	if p.exited() {
-		return 0, errExited("write")
+		return 0, runtime.ExitedError("write")
 	}
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
 	n, err := p.att.Conn.Write(b)
 	if err != nil {
 		if p.exited() {
-			return n, errExited("write")
+			return n, runtime.ExitedError("write")
 		}
 		return n, errcode.Wrap(errcode.Unavailable, err, "process: write stdin")
 	}
@@ -247,13 +247,13 @@ func (p *process) CloseStdin() error {
 		return err
 	}
 	if p.exited() {
-		return errExited("close stdin")
+		return runtime.ExitedError("close stdin")
 	}
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
 	if err := p.att.CloseWrite(); err != nil {
 		if p.exited() {
-			return errExited("close stdin")
+			return runtime.ExitedError("close stdin")
 		}
 		return errcode.Wrap(errcode.Unavailable, err, "process: close stdin")
 	}
@@ -279,12 +279,12 @@ func (p *process) Resize(rows, cols uint16) error {
 
 func (p *process) resize(ctx context.Context, rows, cols uint) error {
 	if p.exited() {
-		return errExited("resize")
+		return runtime.ExitedError("resize")
 	}
 	err := p.s.r.cli.ContainerExecResize(ctx, p.execID, container.ResizeOptions{Height: rows, Width: cols})
 	if err != nil {
 		if p.exited() {
-			return errExited("resize")
+			return runtime.ExitedError("resize")
 		}
 		return p.s.r.wrap(err, "resize terminal")
 	}
@@ -361,16 +361,11 @@ func (p *process) Close() error {
 				p.closeErr = errcode.Wrap(errcode.RuntimeError, err, "process: its processes could not all be killed")
 			}
 		}
-		p.out.close()
+		p.out.Close()
 		p.att.Close()
 		<-p.done
 	})
 	return p.closeErr
-}
-
-// errExited is the error of an operation on a process that has exited.
-func errExited(op string) error {
-	return errcode.New(errcode.InvalidState, "process: %s: the process has exited", op)
 }
 
 // signalSession runs signalScript for the session of pid in the
@@ -384,93 +379,4 @@ func (s *Sandbox) signalSession(ctx context.Context, user string, pid int, sig s
 		all = "1"
 	}
 	return s.runHelper(ctx, user, "signalled", signalScript, "paddock-signal", strconv.Itoa(pid), strconv.Itoa(int(sig)), all)
-}
-
-// outBuffer carries a process's output from the goroutine that copies the
-// stream to Read: a pipe that holds up to max bytes, so that the copying
-// waits for the reader only past them.
-type outBuffer struct {
-	mu     sync.Mutex
-	cond   sync.Cond // on mu: signalled when any field below changes
-	buf    bytes.Buffer
-	max    int
-	end    error // io.EOF, or why the stream broke, once the copying ended
-	closed bool  // Close ran
-}
-
-func (o *outBuffer) init(limit int) {
-	o.max = limit
-	o.cond.L = &o.mu
-}
-
-// errClosed is what Read returns after Close.
-var errClosed = errcode.Wrap(errcode.InvalidState, os.ErrClosed, "process: closed")
-
-// Write adds p, waiting while the buffer is full; after close it fails.
-func (o *outBuffer) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n := 0
-	for len(p) > 0 {
-		for o.buf.Len() >= o.max && !o.closed {
-			o.cond.Wait()
-		}
-		if o.closed {
-			return n, errClosed
-		}
-		k := min(len(p), o.max-o.buf.Len())
-		o.buf.Write(p[:k])
-		p, n = p[k:], n+k
-		o.cond.Broadcast()
-	}
-	return n, nil
-}
-
-// Read takes what is buffered, waiting until there is some, the output
-// ended (end, once the buffer is drained) or close ran (errClosed).
-func (o *outBuffer) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for o.buf.Len() == 0 && o.end == nil && !o.closed {
-		o.cond.Wait()
-	}
-	switch {
-	case o.closed:
-		return 0, errClosed
-	case o.buf.Len() == 0:
-		return 0, o.end
-	}
-	n, _ := o.buf.Read(p)
-	o.cond.Broadcast()
-	return n, nil
-}
-
-// finish marks the end of the output: io.EOF for a nil err.
-func (o *outBuffer) finish(err error) {
-	if err == nil {
-		err = io.EOF
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.end = err
-	o.cond.Broadcast()
-}
-
-// close makes Read and Write fail from now on and drops what is buffered.
-func (o *outBuffer) close() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.closed = true
-	o.buf = bytes.Buffer{}
-	o.cond.Broadcast()
-}
-
-// peek returns a copy of what is buffered.
-func (o *outBuffer) peek() []byte {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return bytes.Clone(o.buf.Bytes())
 }

@@ -10,8 +10,6 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
-
-	"github.com/paddock-dev/paddock/supervisor"
 )
 
 // keepAliveScript is the main process of a container with a supervisor:
@@ -128,16 +126,6 @@ func (s *Sandbox) startSupervisor(ctx context.Context) error {
 		return s.r.wrap(err, "start the supervisor")
 	}
 	return s.r.wrap(s.r.cli.ContainerExecStart(ctx, created.ID, container.ExecStartOptions{Detach: true}), "start the supervisor")
-}
-
-// supConn returns the supervisor's connection when an operation as user
-// ("" for the sandbox's) can go through it: the supervisor runs as the
-// sandbox's user and cannot switch.
-func (s *Sandbox) supConn(user string) *supervisor.Conn {
-	if user != "" && user != s.user {
-		return nil
-	}
-	return s.link.current()
 }
 
 // dropLink closes the sandbox's link and removes its socket directory.

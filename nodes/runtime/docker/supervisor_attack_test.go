@@ -21,7 +21,7 @@ import (
 
 // The hostile-sandbox tests: code inside a sandbox kills its supervisor or
 // dials the node's socket itself and breaks the protocol
-// (supervisor/internal/evil). Each time the node's calls get typed errors
+// (nodes/runtime/supervisor/internal/evil). Each time the node's calls get typed errors
 // within a bound, the node takes the real supervisor back, and the other
 // sandboxes of the node never notice.
 

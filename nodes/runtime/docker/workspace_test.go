@@ -22,10 +22,10 @@ import (
 )
 
 // entry is one member of a workspace archive, as compared here.
-type entry = testenv.TarMember
+type entry = runtimetest.TarMember
 
 // members reads a tar into its members by clean name.
-func members(t *testing.T, data []byte) map[string]entry { return testenv.TarMembers(t, data) }
+func members(t *testing.T, data []byte) map[string]entry { return runtimetest.TarMembers(t, data) }
 
 // seedArchive is the archive the hydrate tests restore (the contract
 // suite's).

@@ -19,7 +19,6 @@ import (
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
-	"github.com/paddock-dev/paddock/testenv"
 )
 
 // Tenant is the tenant of every sandbox the suite creates.
@@ -670,7 +669,7 @@ func SeedArchive(t *testing.T) []byte {
 }
 
 // member is one archive member as the import tests compare it.
-type member = testenv.TarMember
+type member = TarMember
 
 // workspace returns the workspace's members, as ExportWorkspace writes them.
 func workspace(t *testing.T, sb runtime.Sandbox) map[string]member {
@@ -679,7 +678,7 @@ func workspace(t *testing.T, sb runtime.Sandbox) map[string]member {
 	if _, err := sb.ExportWorkspace(t.Context(), &buf, nil); err != nil {
 		t.Fatalf("ExportWorkspace: %v", err)
 	}
-	return testenv.TarMembers(t, buf.Bytes())
+	return TarMembers(t, buf.Bytes())
 }
 
 // wantMembers fails the test unless got and want hold the same members.
@@ -713,7 +712,7 @@ func testImportReadOnlyTree(t *testing.T, s *suite) {
 		if st.Members != 7 {
 			t.Errorf("ImportWorkspace %d: got %d members, want 7", i+1, st.Members)
 		}
-		wantMembers(t, fmt.Sprintf("after import %d", i+1), workspace(t, sb), testenv.TarMembers(t, seed))
+		wantMembers(t, fmt.Sprintf("after import %d", i+1), workspace(t, sb), TarMembers(t, seed))
 	}
 	if got := runOK(t, sb, "cat", "link", "frozen/f"); got != "print(1)\ncold" {
 		t.Errorf("cat link frozen/f: got %q", got)
@@ -781,7 +780,7 @@ func testStagedImport(t *testing.T, s *suite) {
 		t.Fatalf("commit: %v", err)
 	}
 	abort() // after commit: nothing
-	wantMembers(t, "after commit", workspace(t, sb), testenv.TarMembers(t, seed))
+	wantMembers(t, "after commit", workspace(t, sb), TarMembers(t, seed))
 }
 
 // failing fails every read, as a download that breaks off does.

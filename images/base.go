@@ -1,11 +1,14 @@
-package docker
+package images
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
 	"debug/elf"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,15 +19,15 @@ import (
 	"github.com/docker/docker/errdefs"
 )
 
-// BaseImage is the tag of the sandbox base image that `engine image
+// Base is the tag of the sandbox base image that `engine image
 // build-base` and the tests build, and the default image of a create.
-const BaseImage = "paddock/sandbox-base:test"
+const Base = "paddock/sandbox-base:test"
 
 // DefaultBusybox is where Debian's busybox-static package installs its
 // binary.
 const DefaultBusybox = "/bin/busybox"
 
-// BuildBaseImage makes a minimal sandbox image under tag, FROM scratch out
+// BuildBase makes a minimal sandbox image under tag, FROM scratch out
 // of a static busybox binary (every applet busybox --list names as a link
 // in /bin), with root and nobody (65534) users, /tmp (1777), and
 // /workspace owned by nobody; PATH=/bin, WORKDIR /workspace. No registry
@@ -33,7 +36,7 @@ const DefaultBusybox = "/bin/busybox"
 // and makes one layer (a Dockerfile build's COPY would make /workspace
 // root's). It returns an error for a busybox that is missing or not
 // statically linked (see CheckBusybox) and for the engine's failures.
-func BuildBaseImage(ctx context.Context, cli *client.Client, tag, busybox string) error {
+func BuildBase(ctx context.Context, cli *client.Client, tag, busybox string) error {
 	if err := CheckBusybox(busybox); err != nil {
 		return err
 	}
@@ -131,23 +134,43 @@ func baseRootfs(busybox []byte, applets []string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// EnsureImage makes sure the sandbox base image is on the engine under
-// tag, building it from busybox (see BuildBaseImage) when it is missing.
-// It reports whether it built it; when it cannot (no static busybox), the
+// EnsureBase makes sure the sandbox base image is on the engine under
+// tag, building it from busybox (see BuildBase) when it is missing. It
+// reports whether it built it; when it cannot (no static busybox), the
 // error says which package and command give it.
-func (r *Runtime) EnsureImage(ctx context.Context, tag, busybox string) (bool, error) {
-	_, err := r.cli.ImageInspect(ctx, tag)
+func EnsureBase(ctx context.Context, cli *client.Client, tag, busybox string) (bool, error) {
+	_, err := cli.ImageInspect(ctx, tag)
 	if err == nil {
 		return false, nil
 	}
 	if !errdefs.IsNotFound(err) {
-		return false, r.wrap(err, "inspect image "+tag)
+		return false, fmt.Errorf("inspect image %s: %w", tag, err)
 	}
 	if err := CheckBusybox(busybox); err != nil {
 		return false, fmt.Errorf("the sandbox base image %s is missing and cannot be built here: %w; then run: engine image build-base", tag, err)
 	}
-	if err := BuildBaseImage(ctx, r.cli, tag, busybox); err != nil {
+	if err := BuildBase(ctx, cli, tag, busybox); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// progressErr reads the daemon's JSON progress stream of an import to its
+// end and returns the failure it reports inside it, if any (the call
+// itself succeeds either way).
+func progressErr(r io.Reader) error {
+	dec := json.NewDecoder(r)
+	for {
+		var msg struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if msg.Error != "" {
+			return errors.New(msg.Error)
+		}
+	}
 }

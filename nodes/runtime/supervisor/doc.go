@@ -1,5 +1,8 @@
-// Package supervisor is the in-sandbox supervisor of the Docker runtime
-// and the framed protocol it speaks with its node.
+// Package supervisor is the in-sandbox supervisor of the Docker runtime,
+// the framed protocol it speaks with its node, and both ends of it: the
+// Server that cmd/paddock-supervisor runs inside a sandbox (through the
+// local runtime, its sibling), and the Client the Docker runtime calls it
+// with.
 //
 // The Docker daemon's exec path costs tens of milliseconds per command and
 // per file operation (exec create, attach and inspect; archive copies).

@@ -1,4 +1,4 @@
-package docker
+package images
 
 import (
 	"context"
@@ -13,14 +13,14 @@ import (
 	"github.com/docker/docker/client"
 )
 
-// PythonImage is the tag of the sandbox image with Python and git that
+// Python is the tag of the sandbox image with Python and git that
 // `engine image build-python` builds, for agents that run what they write
 // (the OpenAI Agents SDK provider's tests use it). The base image stays the
 // small default; a node must allow this one (--allow-image).
-const PythonImage = "paddock/sandbox-python:test"
+const Python = "paddock/sandbox-python:test"
 
-// PythonImageConfig says how to make the Python image's root file system.
-type PythonImageConfig struct {
+// PythonConfig says how to make the Python image's root file system.
+type PythonConfig struct {
 	// Suite is the Debian release (default bookworm).
 	Suite string
 	// Mirror is the Debian mirror (default http://deb.debian.org/debian).
@@ -33,7 +33,7 @@ type PythonImageConfig struct {
 	Rootfs string
 }
 
-func (c *PythonImageConfig) defaults() error {
+func (c *PythonConfig) defaults() error {
 	if c.Suite == "" {
 		c.Suite = "bookworm"
 	}
@@ -52,11 +52,11 @@ func (c *PythonImageConfig) defaults() error {
 
 // RootfsTarball returns the path of the cached root file system tarball
 // for cfg (which may not exist yet).
-func (c PythonImageConfig) RootfsTarball() string {
+func (c PythonConfig) RootfsTarball() string {
 	return filepath.Join(c.CacheDir, fmt.Sprintf("rootfs-python-%s-%s.tar", c.Suite, runtime.GOARCH))
 }
 
-// BuildPythonImage makes the Python sandbox image under tag: Debian's
+// BuildPython makes the Python sandbox image under tag: Debian's
 // minbase (debootstrap --variant=minbase) with python3 and git, the apt
 // caches and documentation removed, /workspace owned by nobody (65534,
 // which Debian's passwd names) and /tmp 1777, imported as one layer with
@@ -64,7 +64,7 @@ func (c PythonImageConfig) RootfsTarball() string {
 // system is packed once into cfg's cache and imported from there on later
 // builds. Building it needs debootstrap, root and a reachable mirror; the
 // error says which is missing.
-func BuildPythonImage(ctx context.Context, cli *client.Client, tag string, cfg PythonImageConfig) error {
+func BuildPython(ctx context.Context, cli *client.Client, tag string, cfg PythonConfig) error {
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func BuildPythonImage(ctx context.Context, cli *client.Client, tag string, cfg P
 
 // buildPythonRootfs runs debootstrap (unless cfg.Rootfs names a tree),
 // trims the tree and packs it into tarball.
-func buildPythonRootfs(ctx context.Context, cfg PythonImageConfig, tarball string) error {
+func buildPythonRootfs(ctx context.Context, cfg PythonConfig, tarball string) error {
 	if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
 		return fmt.Errorf("python image: %w", err)
 	}

@@ -1,4 +1,4 @@
-package docker
+package supervisor
 
 import (
 	"bytes"
@@ -16,12 +16,37 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
-	"github.com/paddock-dev/paddock/supervisor"
 )
 
-// The node's end of the supervisor's calls. Everything read from a
-// supervisor is the sandbox's word: bounded, checked, and at worst a
-// misreport about the sandbox itself.
+// Client is the node's end of the supervisor's calls on one connection:
+// exec, processes and file operations on a sandbox whose workspace root
+// (inside the container) is root. Everything read from a supervisor is
+// the sandbox's word: bounded, checked, and at worst a misreport about the
+// sandbox itself. The node's lexical path checks (runtime.Rel against the
+// root) come before every call.
+type Client struct {
+	conn *Conn
+	root string
+}
+
+// NewClient returns the client of the supervisor on conn, whose sandbox's
+// workspace root is root.
+func NewClient(conn *Conn, root string) *Client { return &Client{conn: conn, root: root} }
+
+// Limits of what the node takes from a supervisor.
+const (
+	// processOutputMax bounds the output a process holds for its reader;
+	// past it the copying waits for the reader, and so (through the
+	// stream's window) does the program.
+	processOutputMax = 1 << 20
+	// stdinWait bounds a write to a process's stdin: a process that does
+	// not read it holds a writer this long at most.
+	stdinWait = 20 * time.Second
+	// maxListOutput bounds a listing.
+	maxListOutput = 64 << 20
+	// maxSignal is the highest signal number Linux has (SIGRTMAX).
+	maxSignal = 64
+)
 
 // timeoutGrace is how long past an exec's own timeout the node waits for
 // the supervisor to report it before it gives the call up itself.
@@ -38,12 +63,12 @@ var supCodes = map[errcode.Code]bool{
 	errcode.InvalidState: true,
 }
 
-// errDenied is what a file operation through the supervisor returns when
+// ErrDenied is what a file operation through the supervisor returns when
 // the sandbox's user may not do it: the caller does it through the Docker
 // API, whose archive endpoints act with the daemon's rights, as file
 // operations always have on this runtime. (A supervisor that claims it
 // for everything only slows its own sandbox down.)
-var errDenied = errors.New("the sandbox's user may not do this")
+var ErrDenied = errors.New("the sandbox's user may not do this")
 
 // supErr maps a failed stream (the connection ended, a violation) onto a
 // typed error.
@@ -51,15 +76,15 @@ func supErr(op string, err error) error {
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return errcode.Wrap(errcode.Unavailable, err, op)
-	case errors.Is(err, supervisor.ErrProtocol):
+	case errors.Is(err, ErrProtocol):
 		return errcode.Wrap(errcode.RuntimeError, err, op+": the sandbox's supervisor broke the protocol")
 	}
 	return errcode.Wrap(errcode.RuntimeError, err, op+": the sandbox's supervisor failed")
 }
 
 // decodeResult decodes a Result frame's payload into res and its error.
-func decodeResult(op string, payload []byte) (supervisor.ResultMsg, error) {
-	var res supervisor.ResultMsg
+func decodeResult(op string, payload []byte) (ResultMsg, error) {
+	var res ResultMsg
 	if err := json.Unmarshal(payload, &res); err != nil {
 		return res, errcode.New(errcode.RuntimeError, "%s: the sandbox's supervisor sent a malformed result", op)
 	}
@@ -67,7 +92,7 @@ func decodeResult(op string, payload []byte) (supervisor.ResultMsg, error) {
 		return res, nil
 	}
 	if res.Denied {
-		return res, errDenied
+		return res, ErrDenied
 	}
 	msg := res.Message
 	if len(msg) > maxMessage {
@@ -80,31 +105,44 @@ func decodeResult(op string, payload []byte) (supervisor.ResultMsg, error) {
 	return res, errcode.New(code, "%s", msg)
 }
 
+// Configure sends the supervisor on c a configure call with env (the
+// environment its commands get from now on) and waits for its result.
+func Configure(ctx context.Context, c *Conn, env map[string]string) error {
+	b, _ := json.Marshal(CallMsg{Op: OpConfigure, Env: env})
+	st, err := c.Open(ctx, b)
+	if err != nil {
+		return err
+	}
+	_, err = finish(ctx, st)
+	return err
+}
+
 // finish reads a stream to its Result, dropping any data.
-func finish(ctx context.Context, st *supervisor.Stream) (supervisor.ResultMsg, error) {
+func finish(ctx context.Context, st *Stream) (ResultMsg, error) {
 	return finishOp(ctx, st, "supervisor")
 }
 
-// open opens a call on the supervisor's connection c.
-func open(ctx context.Context, c *supervisor.Conn, call supervisor.CallMsg) (*supervisor.Stream, error) {
+// open opens a call on the supervisor's connection.
+func (c *Client) open(ctx context.Context, call CallMsg) (*Stream, error) {
 	b, err := json.Marshal(call)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.InvalidRequest, err, call.Op)
 	}
-	st, err := c.Open(ctx, b)
+	st, err := c.conn.Open(ctx, b)
 	if err != nil {
 		return nil, supErr(call.Op, err)
 	}
 	return st, nil
 }
 
-// supExec runs spec through the supervisor (see Exec).
-func (s *Sandbox) supExec(ctx context.Context, c *supervisor.Conn, spec runtime.ExecSpec, maxOut int) (runtime.ExecResult, error) {
-	if _, err := runtime.Rel(s.root, spec.Cwd); err != nil && spec.Cwd != "" {
+// Exec runs spec through the supervisor with each output stream kept up
+// to maxOut bytes (see runtime.Sandbox.Exec for the errors).
+func (c *Client) Exec(ctx context.Context, spec runtime.ExecSpec, maxOut int) (runtime.ExecResult, error) {
+	if _, err := runtime.Rel(c.root, spec.Cwd); err != nil && spec.Cwd != "" {
 		return runtime.ExecResult{}, err
 	}
-	st, err := open(ctx, c, supervisor.CallMsg{
-		Op: supervisor.OpExec, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, TimeoutMS: spec.Timeout.Milliseconds(),
+	st, err := c.open(ctx, CallMsg{
+		Op: OpExec, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, TimeoutMS: spec.Timeout.Milliseconds(),
 	})
 	if err != nil {
 		return runtime.ExecResult{}, err
@@ -136,11 +174,11 @@ func (s *Sandbox) supExec(ctx context.Context, c *supervisor.Conn, spec runtime.
 			return res(), supErr("exec", err)
 		}
 		switch f.Type {
-		case supervisor.Data:
+		case Data:
 			_, _ = outW.Write(f.Payload)
-		case supervisor.Stderr:
+		case Stderr:
 			_, _ = errW.Write(f.Payload)
-		case supervisor.Result:
+		case Result:
 			r, err := decodeResult("exec", f.Payload)
 			out := res()
 			out.ExitCode = r.ExitCode
@@ -149,12 +187,14 @@ func (s *Sandbox) supExec(ctx context.Context, c *supervisor.Conn, spec runtime.
 	}
 }
 
-// supReadTo reads a file through the supervisor into w (see ReadFileTo).
-func (s *Sandbox) supReadTo(ctx context.Context, c *supervisor.Conn, p string, w io.Writer, limit int64) (int64, fs.FileMode, error) {
-	if _, err := runtime.Rel(s.root, p); err != nil {
+// ReadTo reads a file of at most limit bytes through the supervisor into
+// w and returns its size and permission bits; ErrDenied when the
+// sandbox's user may not read it.
+func (c *Client) ReadTo(ctx context.Context, p string, w io.Writer, limit int64) (int64, fs.FileMode, error) {
+	if _, err := runtime.Rel(c.root, p); err != nil {
 		return 0, 0, err
 	}
-	st, err := open(ctx, c, supervisor.CallMsg{Op: supervisor.OpRead, Path: p, Limit: limit})
+	st, err := c.open(ctx, CallMsg{Op: OpRead, Path: p, Limit: limit})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -167,7 +207,7 @@ func (s *Sandbox) supReadTo(ctx context.Context, c *supervisor.Conn, p string, w
 			return n, 0, supErr("read", err)
 		}
 		switch f.Type {
-		case supervisor.Data:
+		case Data:
 			n += int64(len(f.Payload))
 			if n > limit {
 				st.Abandon()
@@ -176,10 +216,10 @@ func (s *Sandbox) supReadTo(ctx context.Context, c *supervisor.Conn, p string, w
 			if werr == nil {
 				_, werr = w.Write(f.Payload)
 			}
-		case supervisor.Result:
+		case Result:
 			r, err := decodeResult("read", f.Payload)
 			switch {
-			case errors.Is(err, errDenied) && n > 0:
+			case errors.Is(err, ErrDenied) && n > 0:
 				return n, 0, errcode.New(errcode.RuntimeError, "read: the sandbox's supervisor refused a file it had sent part of")
 			case err != nil:
 				return n, 0, err
@@ -193,33 +233,35 @@ func (s *Sandbox) supReadTo(ctx context.Context, c *supervisor.Conn, p string, w
 	}
 }
 
-// supWriteFrom writes a file through the supervisor (see WriteFileFrom).
-func (s *Sandbox) supWriteFrom(ctx context.Context, c *supervisor.Conn, p string, src io.Reader, size int64, mode fs.FileMode) (err error) {
-	if _, err := runtime.Rel(s.root, p); err != nil {
+// WriteFrom writes a file of size bytes from src through the supervisor;
+// when the sandbox's user may not, a *DeniedWrite (matching ErrDenied)
+// carries the content to write another way.
+func (c *Client) WriteFrom(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode) (err error) {
+	if _, err := runtime.Rel(c.root, p); err != nil {
 		return err
 	}
-	st, err := open(ctx, c, supervisor.CallMsg{Op: supervisor.OpWrite, Path: p, Size: size, Mode: uint32(mode.Perm())})
+	st, err := c.open(ctx, CallMsg{Op: OpWrite, Path: p, Size: size, Mode: uint32(mode.Perm())})
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, min(int64(supervisor.Chunk), max(size, 1)))
+	buf := make([]byte, min(int64(Chunk), max(size, 1)))
 	var sent int64
 	// head keeps what was sent while it fits in the window: a supervisor
-	// refuses (errDenied) before it takes any data, so that much at most
+	// refuses (ErrDenied) before it takes any data, so that much at most
 	// is replayed to the Docker API
 	// (and the chunk read but not sent when it answered) to the Docker API.
 	var head bytes.Buffer
 	var unsent []byte
 	defer func() {
-		if denied := errors.Is(err, errDenied); denied {
-			err = &deniedWrite{replay: io.MultiReader(bytes.NewReader(head.Bytes()), bytes.NewReader(unsent), src)}
+		if denied := errors.Is(err, ErrDenied); denied {
+			err = &DeniedWrite{Replay: io.MultiReader(bytes.NewReader(head.Bytes()), bytes.NewReader(unsent), src)}
 		}
 	}()
 	for sent < size {
 		k, rerr := io.ReadFull(src, buf[:min(int64(len(buf)), size-sent)])
 		if k > 0 {
-			if err := st.Send(ctx, supervisor.Data, buf[:k]); err != nil {
-				if errors.Is(err, supervisor.ErrFinished) {
+			if err := st.Send(ctx, Data, buf[:k]); err != nil {
+				if errors.Is(err, ErrFinished) {
 					unsent = buf[:k]
 					break // it answered early: its result says why
 				}
@@ -227,7 +269,7 @@ func (s *Sandbox) supWriteFrom(ctx context.Context, c *supervisor.Conn, p string
 				return supErr("write", err)
 			}
 			sent += int64(k)
-			if sent <= supervisor.Window {
+			if sent <= Window {
 				head.Write(buf[:k])
 			}
 		}
@@ -239,44 +281,52 @@ func (s *Sandbox) supWriteFrom(ctx context.Context, c *supervisor.Conn, p string
 			return errcode.Wrap(errcode.InvalidRequest, rerr, fmt.Sprintf("write: the content ended after %d of %d bytes", sent, size))
 		}
 	}
-	if err := st.Send(ctx, supervisor.EOF, nil); err != nil && !errors.Is(err, supervisor.ErrFinished) {
+	if err := st.Send(ctx, EOF, nil); err != nil && !errors.Is(err, ErrFinished) {
 		st.Abandon()
 		return supErr("write", err)
 	}
 	_, err = finishOp(ctx, st, "write")
-	if errors.Is(err, errDenied) && sent > supervisor.Window {
+	if errors.Is(err, ErrDenied) && sent > Window {
 		return errcode.New(errcode.RuntimeError, "write: the sandbox's supervisor refused a file it had taken data of")
 	}
 	return err
 }
 
-// deniedWrite is a write the supervisor refused (errDenied), with the
-// content to give the Docker API instead.
-type deniedWrite struct{ replay io.Reader }
+// DeniedWrite is a write the supervisor refused (ErrDenied), with the
+// content to write another way (the Docker API) instead.
+type DeniedWrite struct {
+	// Replay reads the whole content: what the supervisor took, then
+	// the rest of the source.
+	Replay io.Reader
+}
 
-func (d *deniedWrite) Error() string { return errDenied.Error() }
-func (d *deniedWrite) Unwrap() error { return errDenied }
+// Error says the write was refused, as ErrDenied does.
+func (d *DeniedWrite) Error() string { return ErrDenied.Error() }
+
+// Unwrap returns ErrDenied.
+func (d *DeniedWrite) Unwrap() error { return ErrDenied }
 
 // finishOp is finish with op's name in its errors.
-func finishOp(ctx context.Context, st *supervisor.Stream, op string) (supervisor.ResultMsg, error) {
+func finishOp(ctx context.Context, st *Stream, op string) (ResultMsg, error) {
 	for {
 		f, err := st.Recv(ctx)
 		if err != nil {
 			st.Abandon()
-			return supervisor.ResultMsg{}, supErr(op, err)
+			return ResultMsg{}, supErr(op, err)
 		}
-		if f.Type == supervisor.Result {
+		if f.Type == Result {
 			return decodeResult(op, f.Payload)
 		}
 	}
 }
 
-// supList lists through the supervisor (see List).
-func (s *Sandbox) supList(ctx context.Context, c *supervisor.Conn, p string) ([]commands.Entry, error) {
-	if _, err := runtime.Rel(s.root, p); err != nil {
+// List lists a directory (or a file's own entry) through the supervisor,
+// sorted by name; ErrDenied when the sandbox's user may not.
+func (c *Client) List(ctx context.Context, p string) ([]commands.Entry, error) {
+	if _, err := runtime.Rel(c.root, p); err != nil {
 		return nil, err
 	}
-	st, err := open(ctx, c, supervisor.CallMsg{Op: supervisor.OpList, Path: p})
+	st, err := c.open(ctx, CallMsg{Op: OpList, Path: p})
 	if err != nil {
 		return nil, err
 	}
@@ -288,13 +338,13 @@ func (s *Sandbox) supList(ctx context.Context, c *supervisor.Conn, p string) ([]
 			return nil, supErr("ls", err)
 		}
 		switch f.Type {
-		case supervisor.Data:
+		case Data:
 			if body.Len()+len(f.Payload) > maxListOutput {
 				st.Abandon()
 				return nil, errcode.New(errcode.RuntimeError, "ls: the sandbox's supervisor sent a listing over %d bytes", maxListOutput)
 			}
 			body.Write(f.Payload)
-		case supervisor.Result:
+		case Result:
 			if _, err := decodeResult("ls", f.Payload); err != nil {
 				return nil, err
 			}
@@ -313,16 +363,28 @@ func (s *Sandbox) supList(ctx context.Context, c *supervisor.Conn, p string) ([]
 	}
 }
 
-// supSimple runs a call whose answer is only its result (rm, mkdir).
-func (s *Sandbox) supSimple(ctx context.Context, c *supervisor.Conn, call supervisor.CallMsg) error {
-	rel, err := runtime.Rel(s.root, call.Path)
+// Mkdir makes a directory (and with parents its missing parents) through
+// the supervisor; ErrDenied when the sandbox's user may not.
+func (c *Client) Mkdir(ctx context.Context, p string, parents bool) error {
+	return c.simple(ctx, CallMsg{Op: OpMkdir, Path: p, Parents: parents})
+}
+
+// Remove removes a path (a whole tree when recursive) through the
+// supervisor; ErrDenied when the sandbox's user may not.
+func (c *Client) Remove(ctx context.Context, p string, recursive bool) error {
+	return c.simple(ctx, CallMsg{Op: OpRemove, Path: p, Recursive: recursive})
+}
+
+// simple runs a call whose answer is only its result (rm, mkdir).
+func (c *Client) simple(ctx context.Context, call CallMsg) error {
+	rel, err := runtime.Rel(c.root, call.Path)
 	if err != nil {
 		return err
 	}
-	if call.Op == supervisor.OpRemove && rel == "." {
+	if call.Op == OpRemove && rel == "." {
 		return errcode.New(errcode.InvalidPath, "rm: the workspace root cannot be removed")
 	}
-	st, err := open(ctx, c, call)
+	st, err := c.open(ctx, call)
 	if err != nil {
 		return err
 	}
@@ -330,22 +392,22 @@ func (s *Sandbox) supSimple(ctx context.Context, c *supervisor.Conn, call superv
 	return err
 }
 
-// supProcess is a process the supervisor runs. One goroutine (pump)
+// process is a process the supervisor runs. One goroutine (pump)
 // moves its output from the stream into a bounded buffer that Read
 // drains, and takes its exit from the Result.
-type supProcess struct {
-	st   *supervisor.Stream
+type process struct {
+	st   *Stream
 	tty  bool
-	out  outBuffer
+	out  runtime.OutPipe
 	done chan struct{} // closed once the stream has ended
 	code int           // exit code, once done
 	err  error         // why the stream ended other than by a Result, once done
 }
 
-// supStartProcess starts a process through the supervisor (see
-// StartProcess): it returns once the supervisor says it runs.
-func (s *Sandbox) supStartProcess(ctx context.Context, c *supervisor.Conn, spec runtime.ProcessSpec) (runtime.Process, error) {
-	if _, err := runtime.Rel(s.root, spec.Cwd); err != nil && spec.Cwd != "" {
+// StartProcess starts a process through the supervisor: it returns once
+// the supervisor says it runs. The caller must Close the process.
+func (c *Client) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (runtime.Process, error) {
+	if _, err := runtime.Rel(c.root, spec.Cwd); err != nil && spec.Cwd != "" {
 		return nil, err
 	}
 	rows, cols := spec.Rows, spec.Cols
@@ -356,8 +418,8 @@ func (s *Sandbox) supStartProcess(ctx context.Context, c *supervisor.Conn, spec 
 	if spec.TTY && env["TERM"] == "" {
 		env = mapsWith(env, "TERM", "xterm")
 	}
-	st, err := open(ctx, c, supervisor.CallMsg{
-		Op: supervisor.OpProcess, Argv: spec.Argv, Env: env, Cwd: spec.Cwd, TTY: spec.TTY, Rows: rows, Cols: cols,
+	st, err := c.open(ctx, CallMsg{
+		Op: OpProcess, Argv: spec.Argv, Env: env, Cwd: spec.Cwd, TTY: spec.TTY, Rows: rows, Cols: cols,
 	})
 	if err != nil {
 		return nil, err
@@ -367,18 +429,18 @@ func (s *Sandbox) supStartProcess(ctx context.Context, c *supervisor.Conn, spec 
 	case err != nil:
 		st.Abandon()
 		return nil, supErr("proc start", err)
-	case f.Type == supervisor.Result:
+	case f.Type == Result:
 		_, err := decodeResult("proc start", f.Payload)
 		if err == nil {
 			err = errcode.New(errcode.RuntimeError, "proc start: the sandbox's supervisor ended the process before starting it")
 		}
 		return nil, err
-	case f.Type != supervisor.Ctl:
+	case f.Type != Ctl:
 		st.Abandon()
 		return nil, errcode.New(errcode.RuntimeError, "proc start: the sandbox's supervisor sent %s before saying the process started", f.Type)
 	}
-	p := &supProcess{st: st, tty: spec.TTY, done: make(chan struct{})}
-	p.out.init(procOutMax)
+	p := &process{st: st, tty: spec.TTY, done: make(chan struct{})}
+	p.out.Init(processOutputMax)
 	go p.pump() // ends when the stream ends; Close abandons it
 	return p, nil
 }
@@ -393,33 +455,33 @@ func mapsWith(m map[string]string, k, v string) map[string]string {
 	return out
 }
 
-func (p *supProcess) pump() {
+func (p *process) pump() {
 	defer close(p.done)
 	for {
 		f, err := p.st.Recv(context.Background()) // the stream's own end (Result, conn end, Close) ends this
 		if err != nil {
 			p.code, p.err = -1, supErr("proc", err)
-			if errors.Is(err, supervisor.ErrAbandoned) {
-				p.err = errClosed // Close ran
+			if errors.Is(err, ErrAbandoned) {
+				p.err = runtime.ErrProcessClosed // Close ran
 			}
-			p.out.finish(p.err)
+			p.out.Finish(p.err)
 			return
 		}
 		switch f.Type {
-		case supervisor.Data:
+		case Data:
 			if _, err := p.out.Write(f.Payload); err != nil {
 				p.st.Abandon() // closed: nobody reads any more
 			}
-		case supervisor.Result:
+		case Result:
 			r, err := decodeResult("proc", f.Payload)
 			p.code, p.err = r.ExitCode, err
-			p.out.finish(nil)
+			p.out.Finish(nil)
 			return
 		}
 	}
 }
 
-func (p *supProcess) exited() bool {
+func (p *process) exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -429,22 +491,22 @@ func (p *supProcess) exited() bool {
 }
 
 // Read reads the process's output.
-func (p *supProcess) Read(b []byte) (int, error) { return p.out.Read(b) }
+func (p *process) Read(b []byte) (int, error) { return p.out.Read(b) }
 
 // Write writes to stdin; after the process has exited it is invalid_state.
-func (p *supProcess) Write(b []byte) (int, error) {
+func (p *process) Write(b []byte) (int, error) {
 	if p.exited() {
-		return 0, errExited("write")
+		return 0, runtime.ExitedError("write")
 	}
 	n := 0
 	for len(b) > 0 {
-		k := min(len(b), supervisor.Chunk)
-		ctx, cancel := context.WithTimeout(context.Background(), killWait) // a process that does not read stdin holds a writer this long at most
-		err := p.st.Send(ctx, supervisor.Data, b[:k])
+		k := min(len(b), Chunk)
+		ctx, cancel := context.WithTimeout(context.Background(), stdinWait)
+		err := p.st.Send(ctx, Data, b[:k])
 		cancel()
 		if err != nil {
-			if p.exited() || errors.Is(err, supervisor.ErrFinished) {
-				return n, errExited("write")
+			if p.exited() || errors.Is(err, ErrFinished) {
+				return n, runtime.ExitedError("write")
 			}
 			return n, supErr("proc write", err)
 		}
@@ -455,51 +517,51 @@ func (p *supProcess) Write(b []byte) (int, error) {
 }
 
 // CloseStdin ends stdin.
-func (p *supProcess) CloseStdin() error {
+func (p *process) CloseStdin() error {
 	if p.exited() {
 		return nil
 	}
-	if err := p.st.Send(context.Background(), supervisor.EOF, nil); err != nil && !errors.Is(err, supervisor.ErrFinished) {
+	if err := p.st.Send(context.Background(), EOF, nil); err != nil && !errors.Is(err, ErrFinished) {
 		return supErr("proc", err)
 	}
 	return nil
 }
 
-func (p *supProcess) control(c supervisor.ControlMsg) error {
+func (p *process) control(c ControlMsg) error {
 	if p.exited() {
 		if c.Signal == 0 {
-			return errExited("resize")
+			return runtime.ExitedError("resize")
 		}
 		return nil // signalling a process that has exited is not an error
 	}
 	b, _ := json.Marshal(c)
-	if err := p.st.Send(context.Background(), supervisor.Ctl, b); err != nil && !errors.Is(err, supervisor.ErrFinished) {
+	if err := p.st.Send(context.Background(), Ctl, b); err != nil && !errors.Is(err, ErrFinished) {
 		return supErr("proc", err)
 	}
 	return nil
 }
 
 // Resize sets the terminal's size; without a TTY it is invalid_request.
-func (p *supProcess) Resize(rows, cols uint16) error {
+func (p *process) Resize(rows, cols uint16) error {
 	if !p.tty {
 		return errcode.New(errcode.InvalidRequest, "resize: the process has no terminal")
 	}
 	if rows == 0 || cols == 0 {
 		return errcode.New(errcode.InvalidRequest, "resize: rows and cols must be positive")
 	}
-	return p.control(supervisor.ControlMsg{Rows: rows, Cols: cols})
+	return p.control(ControlMsg{Rows: rows, Cols: cols})
 }
 
 // Signal signals the process's group.
-func (p *supProcess) Signal(sig syscall.Signal) error {
+func (p *process) Signal(sig syscall.Signal) error {
 	if sig <= 0 || sig > maxSignal {
 		return errcode.New(errcode.InvalidRequest, "signal %d is not a signal", sig)
 	}
-	return p.control(supervisor.ControlMsg{Signal: int(sig)})
+	return p.control(ControlMsg{Signal: int(sig)})
 }
 
 // Wait waits for the exit code.
-func (p *supProcess) Wait(ctx context.Context) (int, error) {
+func (p *process) Wait(ctx context.Context) (int, error) {
 	select {
 	case <-p.done:
 		return p.code, p.err
@@ -509,8 +571,8 @@ func (p *supProcess) Wait(ctx context.Context) (int, error) {
 }
 
 // Close kills what is left of the process and frees its buffer.
-func (p *supProcess) Close() error {
-	p.out.close() // first: a pending Read gets os.ErrClosed, not the stream's end
+func (p *process) Close() error {
+	p.out.Close() // first: a pending Read gets os.ErrClosed, not the stream's end
 	p.st.Abandon()
 	return nil
 }

@@ -1,4 +1,4 @@
-package supervisor
+package images
 
 import (
 	"context"
@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 )
 
-// Build builds the supervisor (cmd/paddock-supervisor of the module in
+// BuildSupervisor builds the in-sandbox supervisor (cmd/paddock-supervisor of the module in
 // srcDir) with the Go toolchain goTool as a static binary at out, through
 // a temporary file and a rename: a container that has the old binary
 // bind-mounted keeps it. Errors carry the build's output.
-func Build(ctx context.Context, goTool, srcDir, out string) error {
+func BuildSupervisor(ctx context.Context, goTool, srcDir, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}

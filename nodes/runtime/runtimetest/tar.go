@@ -1,4 +1,4 @@
-package testenv
+package runtimetest
 
 import (
 	"archive/tar"

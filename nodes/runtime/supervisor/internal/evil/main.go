@@ -32,7 +32,7 @@ import (
 	"net"
 	"os"
 
-	"github.com/paddock-dev/paddock/supervisor"
+	"github.com/paddock-dev/paddock/nodes/runtime/supervisor"
 )
 
 func main() {
