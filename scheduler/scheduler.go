@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"go.opentelemetry.io/otel/trace"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/tracing"
 )
 
@@ -146,9 +146,9 @@ type Scheduler struct {
 		sweeps           atomic.Int64 // lost-session sweeps done
 	}
 
-	mu    sync.Mutex         // guards the fields below
-	kv    jetstream.KeyValue // the sessions projection, once opened
-	nodes map[string]nodeRecord
+	mu       sync.Mutex          // guards the fields below
+	sessions *projector.Sessions // the sessions projection, once opened
+	nodes    map[string]nodeRecord
 	// heard is when the scheduler last heard any node's heartbeat.
 	heard   time.Time
 	placing map[string]int // placements in flight, by tenant

@@ -203,7 +203,7 @@ func trustedNodeKeys(file, dir string) (map[string]string, map[string]bool, stri
 // records (one session's, or all), or a note saying why there are none to
 // show, or the error that kept it from reading them.
 func projectorProblems(ctx context.Context, js jetstream.JetStream, tenant, session string) ([]replay.Problem, string, error) {
-	kv, err := js.KeyValue(ctx, projector.SessionsBucket)
+	ss, err := projector.OpenSessions(ctx, js)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, "no projection to check (no projector has run)", nil
 	}
@@ -215,7 +215,7 @@ func projectorProblems(ctx context.Context, js jetstream.JetStream, tenant, sess
 		filter = projection.SessionKey(tenant, session)
 	}
 	set := projection.NewSet()
-	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, filter)
+	recs, err := ss.List(ctx, filter)
 	if err != nil {
 		return nil, "", err
 	}

@@ -243,16 +243,16 @@ func drain(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, g globals
 	if _, err := cordon(ctx, nc, g.actor(), node, true); err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, projector.SessionsBucket)
+	ss, err := projector.OpenSessions(ctx, js)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
+		return nil, err
 	}
-	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, ">")
+	recs, err := ss.List(ctx, ">")
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
+		return nil, err
 	}
 	var todo []projection.Session
 	for _, r := range recs {
