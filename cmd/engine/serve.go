@@ -226,18 +226,25 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			lc.Append(fx.Hook{OnStart: mon.Start, OnStop: mon.Close})
 			lc.Append(fx.StartStopHook(sch.Start, sch.Close))
 			if cfg.gcEvery > 0 {
-				sw := &sweeper{sessions: sessionRecords(js), policy: cfg.retention, every: cfg.gcEvery, logger: logger}
+				var sw *retention.Sweeper
 				lc.Append(fx.Hook{
 					OnStart: func(ctx context.Context) error {
 						store, err := objectstore.Open(ctx, js, "")
 						if err != nil {
 							return err
 						}
-						sw.store = store
-						sw.start()
+						if sw, err = retention.NewSweeper(store, retention.ProjectedSessions(js), cfg.retention, cfg.gcEvery, logger); err != nil {
+							return err
+						}
+						sw.Start()
 						return nil
 					},
-					OnStop: func(context.Context) error { sw.close(); return nil },
+					OnStop: func(context.Context) error {
+						if sw != nil {
+							sw.Close()
+						}
+						return nil
+					},
 				})
 			}
 			// Auditors' consumers: the engine makes them (package auditfeed).

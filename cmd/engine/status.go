@@ -119,7 +119,7 @@ func statusCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	}
 	// Every record is read: a status of a deployment of a million sessions
 	// takes a while (sandbox list --status reads one tenant's).
-	if recs, err := sessionRecords(js)(ctx); err == nil {
+	if recs, err := retention.ProjectedSessions(js)(ctx); err == nil {
 		rep.Sessions = map[string]int{}
 		for _, r := range recs {
 			rep.Sessions[string(r.Status)]++
