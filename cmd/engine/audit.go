@@ -17,6 +17,7 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projection"
 	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/readiness"
 	"github.com/paddock-dev/paddock/replay"
 )
 
@@ -70,7 +71,7 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 		return err
 	}
 	var rep audit.Report
-	err = retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
+	err = readiness.Retry(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
 		info, err := log.StreamInfo(ctx)
 		if err != nil {
 			return err
@@ -103,7 +104,7 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 	var recorded []replay.Problem
 	note := "the projection is not an auditor's to read: the events alone were checked"
 	if g.consumer() == "" {
-		err := retryRead(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, *wait, func(ctx context.Context) error {
+		err := readiness.Retry(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, *wait, func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, projectionTry)
 			defer cancel()
 			var err error

@@ -27,6 +27,7 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/provision"
 )
 
 const clusterUsage = `usage:
@@ -534,7 +535,7 @@ func (w *clusterWaiter) ready(ctx context.Context, urls []string, replicas, node
 		if err != nil {
 			return "", err
 		}
-		streams := paddockStreams()
+		streams := provision.Streams()
 		for _, name := range streams {
 			st, err := streamInfo(ctx, js, name)
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/storage"
 	"github.com/paddock-dev/paddock/testenv"
 )
@@ -146,8 +147,8 @@ done
 	if rep.Cluster != "paddock" || len(rep.Servers) != 3 {
 		t.Errorf("status: cluster %q, servers %+v; want paddock with 3 servers", rep.Cluster, rep.Servers)
 	}
-	if len(rep.Streams) != len(paddockStreams()) {
-		t.Errorf("status: %d streams, want %d", len(rep.Streams), len(paddockStreams()))
+	if len(rep.Streams) != len(provision.Streams()) {
+		t.Errorf("status: %d streams, want %d", len(rep.Streams), len(provision.Streams()))
 	}
 	// --max-store bounds each server's store and the PADDOCK account's, so
 	// the engine splits it as an embedded one does: the events stream

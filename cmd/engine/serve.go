@@ -34,6 +34,7 @@ import (
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/retention"
 	"github.com/paddock-dev/paddock/scheduler"
 	"github.com/paddock-dev/paddock/storage"
@@ -217,9 +218,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			},
 		),
 		fx.Invoke(func(lc fx.Lifecycle, c conns, js jetstream.JetStream, sch *scheduler.Scheduler, tp trace.TracerProvider) error {
-			plan := storagePlan{replicas: cfg.replicas, maxAge: cfg.maxAge, dropOldest: cfg.storage.dropOldest, asked: asked, embedded: c.maxStore}
-			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error { return plan.ensureStreams(ctx, js, logger) }})
-			mon, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: paddockStreams()}, logger)
+			plan := provision.Plan{Replicas: cfg.replicas, MaxAge: cfg.maxAge, DropOldest: cfg.storage.dropOldest, Asked: asked, Embedded: c.maxStore}
+			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error { return plan.EnsureStreams(ctx, js, logger) }})
+			mon, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: provision.Streams()}, logger)
 			if err != nil {
 				return err
 			}
@@ -642,5 +643,5 @@ func watchConfig(path string, b *broker.Broker, logger *slog.Logger) (stop func(
 
 // startTimeout bounds the engine's start: on a cluster that has just
 // formed, or a loaded machine, JetStream may take a while to place the
-// streams (retrySetup tries again meanwhile).
+// streams (readiness.RetryTransient tries again meanwhile).
 const startTimeout = 60 * time.Second

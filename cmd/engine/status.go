@@ -21,6 +21,7 @@ import (
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/retention"
 	"github.com/paddock-dev/paddock/storage"
 )
@@ -102,7 +103,7 @@ func statusCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		return errcode.New(errcode.PermissionDenied, "%s is an auditor: status is for the engine's and admins' credentials", g.who.Name)
 	}
 	var rep statusReport
-	for _, name := range paddockStreams() {
+	for _, name := range provision.Streams() {
 		st, err := streamInfo(ctx, js, name)
 		if err != nil {
 			return err
