@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
@@ -539,7 +540,7 @@ func (s *Scheduler) placeOnNode(ctx context.Context, w want, op, tenant string, 
 		}
 		tried[n.Node] = true
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.ForwardTimeout)
-		reply, err := s.nc.RequestMsgWithContext(fctx, &nats.Msg{Subject: s.subj.Node(n.Node, op), Header: tracing.Inject(fctx, nil), Data: body})
+		reply, err := client.Requester{Conn: s.nc}.Send(fctx, s.subj.Node(n.Node, op), tracing.Inject(fctx, nil), body)
 		cancel()
 		if errors.Is(err, nats.ErrNoResponders) {
 			s.forgetNode(n.Node) // the node is gone; try another
@@ -548,8 +549,7 @@ func (s *Scheduler) placeOnNode(ctx context.Context, w want, op, tenant string, 
 		if err != nil {
 			return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "forward "+op+" to node "+n.Node))
 		}
-		var rep commands.Reply
-		if json.Unmarshal(reply.Data, &rep) == nil {
+		if rep, err := client.DecodeReply(reply.Data); err == nil {
 			switch {
 			case rep.Error == nil:
 				s.countSession(n.Node, tenant, 1)
