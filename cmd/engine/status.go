@@ -2,24 +2,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/retention"
@@ -112,7 +109,7 @@ func statusCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	}
 	rep.Connected, rep.Cluster = js.Conn().ConnectedServerName(), js.Conn().ConnectedClusterName()
 	rep.Servers = serversOf(rep.Streams)
-	if rep.Nodes, err = heartbeats(ctx, js.Conn(), *wait); err != nil {
+	if rep.Nodes, err = operator.Heartbeats(ctx, js.Conn(), *wait); err != nil {
 		return err
 	}
 	if _, sts, err := projector.ReadStatus(ctx, js, events.DefaultStream); err == nil {
@@ -162,42 +159,6 @@ func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (strea
 		}
 	}
 	return st, nil
-}
-
-// heartbeats asks every node to heartbeat now and collects what comes
-// within wait, one per node.
-func heartbeats(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]nodes.Info, error) {
-	subj := commands.Subjects{}
-	ch := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe(subj.HeartbeatAll(), ch)
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "subscribe heartbeats")
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.Publish(subj.Announce(), nil); err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "announce")
-	}
-	seen := map[string]nodes.Info{}
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	for {
-		select {
-		case m := <-ch:
-			var info nodes.Info
-			if json.Unmarshal(m.Data, &info) == nil && m.Subject == subj.Heartbeat(info.Node) {
-				seen[info.Node] = info
-			}
-		case <-deadline.C:
-			out := make([]nodes.Info, 0, len(seen))
-			for _, n := range seen {
-				out = append(out, n)
-			}
-			sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
-			return out, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
 }
 
 func printStatus(w io.Writer, rep statusReport) error {
