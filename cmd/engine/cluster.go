@@ -27,6 +27,7 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/provision"
 )
 
@@ -537,11 +538,11 @@ func (w *clusterWaiter) ready(ctx context.Context, urls []string, replicas, node
 		}
 		streams := provision.Streams()
 		for _, name := range streams {
-			st, err := streamInfo(ctx, js, name)
+			st, err := operator.StreamInfo(ctx, js, name)
 			if err != nil {
 				return "", err
 			}
-			if err := st.healthy(replicas); err != nil {
+			if err := st.Healthy(replicas); err != nil {
 				return "", err
 			}
 		}
@@ -558,64 +559,4 @@ func (w *clusterWaiter) ready(ctx context.Context, urls []string, replicas, node
 		summary += fmt.Sprintf("; nodes up: %d (%s)", len(up), strings.Join(up, ", "))
 	}
 	return summary, nil
-}
-
-// healthy says why the stream is not at n replicas with a leader and
-// every follower current, or nil when it is.
-func (s streamStatus) healthy(n int) error {
-	current := 0
-	for _, f := range s.Followers {
-		if f.Current && !f.Offline {
-			current++
-		}
-	}
-	switch {
-	case s.Missing:
-		return fmt.Errorf("stream %s does not exist yet", s.Name)
-	case s.Replicas != n:
-		return fmt.Errorf("stream %s has %d replicas, want %d", s.Name, s.Replicas, n)
-	case n > 1 && s.Leader == "":
-		return fmt.Errorf("stream %s has no leader", s.Name)
-	case current != n-1:
-		return fmt.Errorf("stream %s: %d of %d followers current", s.Name, current, n-1)
-	}
-	return nil
-}
-
-// serversOf returns the servers that hold a replica of the streams, by
-// name, with the streams each leads; a server that a stream's leader
-// reports offline is marked so.
-func serversOf(streams []streamStatus) []serverStatus {
-	byName := map[string]*serverStatus{}
-	get := func(name string) *serverStatus {
-		if byName[name] == nil {
-			byName[name] = &serverStatus{Name: name}
-		}
-		return byName[name]
-	}
-	for _, s := range streams {
-		if s.Leader != "" {
-			l := get(s.Leader)
-			l.Leads = append(l.Leads, s.Name)
-		}
-		for _, f := range s.Followers {
-			srv := get(f.Name)
-			srv.Offline = srv.Offline || f.Offline
-		}
-	}
-	out := make([]serverStatus, 0, len(byName))
-	for _, s := range byName {
-		out = append(out, *s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-// serverStatus is one server of the cluster as `engine status` shows it.
-type serverStatus struct {
-	Name string `json:"name"`
-	// Leads are the streams whose leader it is.
-	Leads []string `json:"leads,omitempty"`
-	// Offline is true when a stream's leader reports it offline.
-	Offline bool `json:"offline,omitempty"`
 }

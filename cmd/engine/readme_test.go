@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/storage"
 	"github.com/paddock-dev/paddock/testenv"
@@ -140,7 +141,7 @@ done
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep statusReport
+	var rep operator.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("engine status --json: %v\n%s", err, b)
 	}
@@ -159,7 +160,7 @@ done
 	}
 	want := storage.Defaults(16 << 30)
 	for _, s := range rep.Streams {
-		if err := s.healthy(3); err != nil {
+		if err := s.Healthy(3); err != nil {
 			t.Errorf("status: %v", err)
 		}
 		if s.MaxBytes <= 0 {
