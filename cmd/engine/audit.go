@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/paddock-dev/paddock/auth"
 	"io"
-	"os"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -66,7 +65,7 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 		// the node events, not the whole stream.
 		filter = log.Subjects().Filter(g.who.Tenant, "", "")
 	}
-	issued, engines, keysFrom, err := trustedNodeKeys(*nodeKeys, *authDir)
+	issued, engines, keysFrom, err := auth.TrustedNodeKeys(*nodeKeys, *authDir)
 	if err != nil {
 		return err
 	}
@@ -161,43 +160,6 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 		return exitError{1}
 	}
 	return nil
-}
-
-// trustedNodeKeys returns the keys issued to the writers of events (nodes
-// and engines): from file (JSON {name: key}) when given, else from the auth
-// store in dir when it exists (none otherwise), and says where they came
-// from. The store also says which writers are engines (nil otherwise).
-func trustedNodeKeys(file, dir string) (map[string]string, map[string]bool, string, error) {
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys")
-		}
-		var keys map[string]string
-		if err := json.Unmarshal(b, &keys); err != nil {
-			return nil, nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys "+file+" is not a JSON object of node ids to keys")
-		}
-		return keys, nil, "issued, from " + file, nil
-	}
-	st := auth.Open(dir)
-	if !st.Exists() {
-		return nil, nil, "as the nodes registered them (no auth store at " + dir + " says which keys were issued)", nil
-	}
-	keys, err := st.NodeKeys()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	ids, err := st.Identities()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	engines := map[string]bool{}
-	for _, id := range ids {
-		if id.Role == auth.RoleEngine || id.Role == auth.RoleAdmin {
-			engines[id.Name] = true
-		}
-	}
-	return keys, engines, "issued, from the auth store at " + dir, nil
 }
 
 // projectorProblems returns the problems the projector recorded in its
