@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
@@ -533,32 +530,17 @@ func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Lo
 	}
 	*clientURL = b.ClientURL()
 	c.maxStore = b.MaxStore()
-	c.serverPorts = listenerPorts(b.Server())
+	c.serverPorts = b.ListenerPorts()
 	logger.Info("embedded NATS listening", "url", b.ClientURL(), "jetstream", bc.StoreDir, "sync_always", bc.SyncInterval == 0, "auth", store != nil)
 	if store != nil {
 		logger.Info("credentials", "admin", store.CredsPath("admin"), "client_default", store.CredsPath("client-default"), "auth_dir", store.Dir())
 	}
 	stopWatch := func() {}
 	if store != nil {
-		stopWatch = watchConfig(store.ConfigPath(), b, logger)
+		stopWatch = b.WatchConfig(store.ConfigPath(), logger)
 	}
 	lc.Append(fx.StopHook(func() { stopWatch(); closeAll() }))
 	return c, nil
-}
-
-// listenerPorts returns the ports ns listens on: clients, routes,
-// monitoring and profiling.
-func listenerPorts(ns *server.Server) []int {
-	var ports []int
-	if a, ok := ns.Addr().(*net.TCPAddr); ok && a != nil {
-		ports = append(ports, a.Port)
-	}
-	for _, a := range []*net.TCPAddr{ns.ClusterAddr(), ns.MonitorAddr(), ns.ProfilerAddr()} {
-		if a != nil {
-			ports = append(ports, a.Port)
-		}
-	}
-	return ports
 }
 
 // connectExternal connects the engine and its in-process node to the
@@ -598,47 +580,6 @@ func connectExternal(lc fx.Lifecycle, cfg serveConfig) (conns, error) {
 		c.node.Close()
 	}))
 	return c, nil
-}
-
-// watchConfig reloads the embedded server when the auth store's config
-// changes (engine auth add/rm) and returns the function that stops
-// watching. It polls the file's mtime: a change shows within a second.
-func watchConfig(path string, b *broker.Broker, logger *slog.Logger) (stop func()) {
-	stat := func() time.Time {
-		fi, err := os.Stat(path)
-		if err != nil {
-			return time.Time{}
-		}
-		return fi.ModTime()
-	}
-	last := stat()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			if m := stat(); !m.Equal(last) {
-				last = m
-				if err := b.Reload(); err != nil {
-					logger.Error("auth config reload failed; the server keeps the previous one", "err", err)
-					continue
-				}
-				logger.Info("auth config reloaded", "file", path)
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
 }
 
 // startTimeout bounds the engine's start: on a cluster that has just
