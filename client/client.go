@@ -3,14 +3,12 @@ package client
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"time"
 
-	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/paddock-dev/paddock/commands"
@@ -304,19 +302,9 @@ func (c *Client) request(ctx context.Context, subj, session string, args, out an
 		c.tr.ClientAttrs(c.opts.Tenant, session, req.CommandID)...)
 	defer func() { tracing.End(span, string(errcode.Of(err)), err) }()
 	hdr := tracing.Inject(ctx, nil)
-	if args != nil {
-		b, err := json.Marshal(args)
-		if err != nil {
-			return errcode.Wrap(errcode.InvalidRequest, err, "encode args")
-		}
-		req.Args = b
-	}
-	body, err := json.Marshal(req)
+	body, err := EncodeRequest(req, args)
 	if err != nil {
-		return errcode.Wrap(errcode.InvalidRequest, err, "encode request")
-	}
-	if len(body) > commands.MaxRequestBytes {
-		return errcode.New(errcode.PayloadTooLarge, "request of %d bytes exceeds %d", len(body), commands.MaxRequestBytes)
+		return err
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -338,12 +326,8 @@ func (c *Client) request(ctx context.Context, subj, session string, args, out an
 			}
 			return c.transportError(ctx, subj, session, err)
 		}
-		// encoding/json/v2 decodes in one pass; v1 validates the whole
-		// reply before it decodes it, and again for the result (large
-		// streaming replies spent most of the client's time there).
-		rep = commands.Reply{}
-		if err := jsonv2.Unmarshal(msg.Data, &rep); err != nil {
-			return errcode.Wrap(errcode.Internal, err, "decode reply")
+		if rep, err = DecodeReply(msg.Data); err != nil {
+			return err
 		}
 		// A node that lost the session ran nothing and has let it go: the
 		// same command, sent again, reaches the session where it is now
@@ -352,15 +336,7 @@ func (c *Client) request(ctx context.Context, subj, session string, args, out an
 			break
 		}
 	}
-	if rep.Error != nil {
-		return rep.Error.Err()
-	}
-	if out != nil && len(rep.Result) > 0 {
-		if err := jsonv2.Unmarshal(rep.Result, out); err != nil {
-			return errcode.Wrap(errcode.Internal, err, "decode result")
-		}
-	}
-	return nil
+	return ReplyResult(rep, out)
 }
 
 // NoResponderGrace is how long a request that found no responder is sent
@@ -373,28 +349,7 @@ const NoResponderGrace = time.Second
 // send sends body on subj and returns the reply, sending it again while
 // nobody answers, within NoResponderGrace and ctx.
 func (c *Client) send(ctx context.Context, subj string, hdr nats.Header, body []byte) (*nats.Msg, error) {
-	giveUp := time.Now().Add(NoResponderGrace)
-	wait := 5 * time.Millisecond
-	for {
-		var msg *nats.Msg
-		var err error
-		if hdr == nil {
-			msg, err = c.nc.RequestWithContext(ctx, subj, body)
-		} else {
-			msg, err = c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj, Header: hdr, Data: body})
-		}
-		if !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(wait).After(giveUp) {
-			return msg, err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-		wait = min(2*wait, 200*time.Millisecond)
-	}
+	return Requester{Conn: c.nc, Resend: NoResponderGrace}.Send(ctx, subj, hdr, body)
 }
 
 // errNodeLost marks the error a command ends with when its session's

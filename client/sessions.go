@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"sort"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,13 +39,13 @@ func (f SessionFilter) match(r projection.SessionRecord) bool {
 func (c *Client) Sessions(ctx context.Context, f SessionFilter) ([]projection.SessionRecord, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	kv, err := c.sessionsBucket(ctx)
+	ss, err := c.sessions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, projection.TenantKeys(c.opts.Tenant))
+	recs, err := ss.List(ctx, projection.TenantKeys(c.opts.Tenant))
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "read the sessions projection")
+		return nil, err
 	}
 	out := make([]projection.SessionRecord, 0, len(recs))
 	for _, r := range recs {
@@ -75,36 +73,26 @@ func (c *Client) Inspect(ctx context.Context, id string) (projection.SessionReco
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	kv, err := c.sessionsBucket(ctx)
+	ss, err := c.sessions(ctx)
 	if err != nil {
 		return rec, err
 	}
-	e, err := kv.Get(ctx, projection.SessionKey(c.opts.Tenant, id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return rec, errcode.New(errcode.SessionNotFound, "no session %s in tenant %s", id, c.opts.Tenant)
-	}
+	rec, found, err := ss.Get(ctx, c.opts.Tenant, id)
 	if err != nil {
-		return rec, errcode.Wrap(errcode.Unavailable, err, "read the sessions projection")
+		return rec, err
 	}
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return rec, errcode.Wrap(errcode.Internal, err, "decode session record")
+	if !found {
+		return rec, errcode.New(errcode.SessionNotFound, "no session %s in tenant %s", id, c.opts.Tenant)
 	}
 	return rec, nil
 }
 
-func (c *Client) sessionsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+func (c *Client) sessions(ctx context.Context) (*projector.Sessions, error) {
 	js, err := jetstream.New(c.nc)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Unavailable, err, "jetstream")
 	}
-	kv, err := js.KeyValue(ctx, projector.SessionsBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, errcode.New(errcode.Unavailable, "no sessions projection (bucket %s): is an engine with its projector running?", projector.SessionsBucket)
-	}
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
-	}
-	return kv, nil
+	return projector.OpenSessions(ctx, js)
 }
 
 func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {

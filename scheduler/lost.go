@@ -547,18 +547,14 @@ func (s *Scheduler) sweepLost(ctx context.Context) (acted bool, err error) {
 // sessionRecords reads every record of the sessions projection (none
 // before its bucket exists).
 func (s *Scheduler) sessionRecords(ctx context.Context) (map[string]projection.SessionRecord, error) {
-	kv, err := s.sessionsBucket(ctx)
+	ss, err := s.sessionsProjection(ctx)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
+		return nil, err
 	}
-	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, ">")
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
-	}
-	return recs, nil
+	return ss.List(ctx, ">")
 }
 
 // sweepRetryAfter is how long the sweep leaves a lost session alone once

@@ -15,13 +15,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/tracing"
 )
 
@@ -145,9 +146,9 @@ type Scheduler struct {
 		sweeps           atomic.Int64 // lost-session sweeps done
 	}
 
-	mu    sync.Mutex         // guards the fields below
-	kv    jetstream.KeyValue // the sessions projection, once opened
-	nodes map[string]nodeRecord
+	mu       sync.Mutex          // guards the fields below
+	sessions *projector.Sessions // the sessions projection, once opened
+	nodes    map[string]nodeRecord
 	// heard is when the scheduler last heard any node's heartbeat.
 	heard   time.Time
 	placing map[string]int // placements in flight, by tenant
@@ -538,7 +539,7 @@ func (s *Scheduler) placeOnNode(ctx context.Context, w want, op, tenant string, 
 		}
 		tried[n.Node] = true
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.ForwardTimeout)
-		reply, err := s.nc.RequestMsgWithContext(fctx, &nats.Msg{Subject: s.subj.Node(n.Node, op), Header: tracing.Inject(fctx, nil), Data: body})
+		reply, err := client.Requester{Conn: s.nc}.Send(fctx, s.subj.Node(n.Node, op), tracing.Inject(fctx, nil), body)
 		cancel()
 		if errors.Is(err, nats.ErrNoResponders) {
 			s.forgetNode(n.Node) // the node is gone; try another
@@ -547,8 +548,7 @@ func (s *Scheduler) placeOnNode(ctx context.Context, w want, op, tenant string, 
 		if err != nil {
 			return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "forward "+op+" to node "+n.Node))
 		}
-		var rep commands.Reply
-		if json.Unmarshal(reply.Data, &rep) == nil {
+		if rep, err := client.DecodeReply(reply.Data); err == nil {
 			switch {
 			case rep.Error == nil:
 				s.countSession(n.Node, tenant, 1)

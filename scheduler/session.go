@@ -2,8 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -49,42 +47,41 @@ func (s *Scheduler) session(ctx context.Context, tenant, id string) (projection.
 // is false when there is no bucket or record, or the record has not taken
 // in the event at stream sequence upTo.
 func (s *Scheduler) fromProjection(ctx context.Context, tenant, id string, upTo uint64) (projection.Session, bool) {
-	kv, err := s.sessionsBucket(ctx)
+	ss, err := s.sessionsProjection(ctx)
 	if err != nil {
 		return projection.Session{}, false
 	}
-	e, err := kv.Get(ctx, projection.SessionKey(tenant, id))
+	rec, found, err := ss.Get(ctx, tenant, id)
 	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			s.logger.Debug("sessions projection unreadable", "err", err)
-		}
+		s.logger.Debug("sessions projection unreadable", "err", err)
 		return projection.Session{}, false
 	}
-	var rec projection.SessionRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.StreamSeq < upTo || rec.ProblemCount > 0 {
+	if !found || rec.StreamSeq < upTo || rec.ProblemCount > 0 {
 		return projection.Session{}, false
 	}
 	return rec.Session, true
 }
 
-// sessionsBucket opens the sessions projection's bucket once it exists.
-func (s *Scheduler) sessionsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+// sessionsProjection opens the sessions projection once its bucket
+// exists; before, it fails with an error matching
+// jetstream.ErrBucketNotFound.
+func (s *Scheduler) sessionsProjection(ctx context.Context) (*projector.Sessions, error) {
 	s.mu.Lock()
-	kv := s.kv
+	ss := s.sessions
 	s.mu.Unlock()
-	if kv != nil {
-		return kv, nil
+	if ss != nil {
+		return ss, nil
 	}
 	js, err := jetstream.New(s.nc)
 	if err != nil {
 		return nil, err
 	}
-	kv, err = js.KeyValue(ctx, projector.SessionsBucket)
+	ss, err = projector.OpenSessions(ctx, js)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	s.kv = kv
+	s.sessions = ss
 	s.mu.Unlock()
-	return kv, nil
+	return ss, nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/paddock-dev/paddock/auth"
 	"io"
-	"os"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projection"
 	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/readiness"
 	"github.com/paddock-dev/paddock/replay"
 )
 
@@ -65,12 +65,12 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 		// the node events, not the whole stream.
 		filter = log.Subjects().Filter(g.who.Tenant, "", "")
 	}
-	issued, engines, keysFrom, err := trustedNodeKeys(*nodeKeys, *authDir)
+	issued, engines, keysFrom, err := auth.TrustedNodeKeys(*nodeKeys, *authDir)
 	if err != nil {
 		return err
 	}
 	var rep audit.Report
-	err = retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
+	err = readiness.Retry(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
 		info, err := log.StreamInfo(ctx)
 		if err != nil {
 			return err
@@ -103,7 +103,7 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 	var recorded []replay.Problem
 	note := "the projection is not an auditor's to read: the events alone were checked"
 	if g.consumer() == "" {
-		err := retryRead(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, *wait, func(ctx context.Context) error {
+		err := readiness.Retry(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, *wait, func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, projectionTry)
 			defer cancel()
 			var err error
@@ -162,48 +162,11 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 	return nil
 }
 
-// trustedNodeKeys returns the keys issued to the writers of events (nodes
-// and engines): from file (JSON {name: key}) when given, else from the auth
-// store in dir when it exists (none otherwise), and says where they came
-// from. The store also says which writers are engines (nil otherwise).
-func trustedNodeKeys(file, dir string) (map[string]string, map[string]bool, string, error) {
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys")
-		}
-		var keys map[string]string
-		if err := json.Unmarshal(b, &keys); err != nil {
-			return nil, nil, "", errcode.Wrap(errcode.InvalidRequest, err, "--node-keys "+file+" is not a JSON object of node ids to keys")
-		}
-		return keys, nil, "issued, from " + file, nil
-	}
-	st := auth.Open(dir)
-	if !st.Exists() {
-		return nil, nil, "as the nodes registered them (no auth store at " + dir + " says which keys were issued)", nil
-	}
-	keys, err := st.NodeKeys()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	ids, err := st.Identities()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	engines := map[string]bool{}
-	for _, id := range ids {
-		if id.Role == auth.RoleEngine || id.Role == auth.RoleAdmin {
-			engines[id.Name] = true
-		}
-	}
-	return keys, engines, "issued, from the auth store at " + dir, nil
-}
-
 // projectorProblems returns the problems the projector recorded in its
 // records (one session's, or all), or a note saying why there are none to
 // show, or the error that kept it from reading them.
 func projectorProblems(ctx context.Context, js jetstream.JetStream, tenant, session string) ([]replay.Problem, string, error) {
-	kv, err := js.KeyValue(ctx, projector.SessionsBucket)
+	ss, err := projector.OpenSessions(ctx, js)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, "no projection to check (no projector has run)", nil
 	}
@@ -215,7 +178,7 @@ func projectorProblems(ctx context.Context, js jetstream.JetStream, tenant, sess
 		filter = projection.SessionKey(tenant, session)
 	}
 	set := projection.NewSet()
-	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, filter)
+	recs, err := ss.List(ctx, filter)
 	if err != nil {
 		return nil, "", err
 	}

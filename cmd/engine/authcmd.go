@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/paddock-dev/paddock/auth"
+	"github.com/paddock-dev/paddock/cluster"
 	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 )
 
@@ -80,7 +81,7 @@ func authCmd(args []string, stdout, stderr io.Writer) error {
 				return usageErr("--max-store 0: give a size, or leave the flag out for nats-server's default")
 			}
 		}
-		accounts, err := serverAccounts(*dir, store)
+		accounts, err := cluster.ServerAccounts(*dir, store)
 		if err != nil {
 			return err
 		}
@@ -88,8 +89,8 @@ func authCmd(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		conf := natsConf{Comment: "nats-server config for Paddock (engine auth server-config).", Host: host, Port: port, StoreDir: *storeDir, MaxStore: store}
-		return conf.write(stdout, accounts)
+		conf := cluster.ServerConf{Comment: "nats-server config for Paddock (engine auth server-config).", Host: host, Port: port, StoreDir: *storeDir, MaxStore: store}
+		return conf.Write(stdout, accounts)
 	case sub == "node-keys" && len(pos) == 0:
 		keys, err := st.NodeKeys()
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/broker"
+	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -39,7 +40,7 @@ func TestServeOnCluster(t *testing.T) {
 	waitProjected(t, url)
 	// A reader of the projection leaves the buckets' replicas as they are.
 	mustCLI(t, url, "", "replay", "--verify")
-	var rep statusReport
+	var rep operator.Report
 	if err := json.Unmarshal([]byte(mustCLI(t, url, "", "status", "--json")), &rep); err != nil {
 		t.Fatal(err)
 	}

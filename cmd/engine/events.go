@@ -17,6 +17,7 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/readiness"
 )
 
 func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr io.Writer) error {
@@ -105,7 +106,7 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	}
 	if sub == "export" {
 		// The stored bytes, one event per line: the stream's own JSON.
-		return retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
+		return readiness.Retry(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
 			seq, _ := from()
 			return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: seq, Consumer: g.consumer(), Provision: g.provisioner(js)}, func(m events.Msg) error {
 				_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
@@ -131,7 +132,7 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	if c := g.consumer(); c != "" && *durable != "" && *durable != c {
 		return errcode.New(errcode.PermissionDenied, "an auditor's durable consumer is named %s (its credentials allow no other)", c)
 	}
-	err = retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
+	err = readiness.Retry(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
 		if *durable != "" {
 			seq, t := startSeq, startTime
 			if last > 0 {
@@ -161,7 +162,7 @@ func exportSDK(ctx context.Context, js jetstream.JetStream, wait time.Duration, 
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	var last uint64 // the last event handled: a retry starts after it
-	err := retryRead(ctx, js, "events stream", events.DefaultStream, wait, func(ctx context.Context) error {
+	err := readiness.Retry(ctx, js, "events stream", events.DefaultStream, wait, func(ctx context.Context) error {
 		opts := events.ReadOptions{Filters: []string{filter}, Consumer: consumer, Provision: provision}
 		if last > 0 {
 			opts.StartSeq = last + 1

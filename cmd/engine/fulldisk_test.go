@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -65,7 +66,7 @@ func TestFullDiskHeals(t *testing.T) {
 	stage("ops fail")
 	// engine status says the node's disk is critical.
 	testenv.Eventually(t, 30*time.Second, func() error {
-		var rep statusReport
+		var rep operator.Report
 		if err := json.Unmarshal([]byte(mustCLI(t, url, "", "status", "--json")), &rep); err != nil {
 			return err
 		}

@@ -2,21 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/paddock-dev/paddock/errcode"
-	"github.com/paddock-dev/paddock/objectstore"
-	"github.com/paddock-dev/paddock/projection"
-	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/retention"
 )
 
@@ -42,28 +33,6 @@ func (f *retentionFlags) policy() (retention.Policy, error) {
 		return p, usageErr("--transfer-ttl above 0, --orphan-grace of %s or more, and no negative --deleted-retention or --snapshot-keep", retention.MinOrphanGrace)
 	}
 	return p, nil
-}
-
-// sessionRecords reads every tenant's session records from the projection.
-func sessionRecords(js jetstream.JetStream) retention.Sessions {
-	return func(ctx context.Context) ([]projection.SessionRecord, error) {
-		kv, err := js.KeyValue(ctx, projector.SessionsBucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, errcode.New(errcode.Unavailable, "no sessions projection (bucket %s): is an engine with its projector running?", projector.SessionsBucket)
-		}
-		if err != nil {
-			return nil, errcode.Wrap(errcode.Unavailable, err, "sessions projection")
-		}
-		recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, ">")
-		if err != nil {
-			return nil, errcode.Wrap(errcode.Unavailable, err, "read the sessions projection")
-		}
-		out := make([]projection.SessionRecord, 0, len(recs))
-		for _, r := range recs {
-			out = append(out, r)
-		}
-		return out, nil
-	}
 }
 
 // gcCmd is `engine gc [--dry-run] [--json]`: one retention sweep of the
@@ -92,7 +61,7 @@ func gcCmd(ctx context.Context, base globals, args []string, stdout, stderr io.W
 		return err
 	}
 	defer closeConn()
-	removed, err := retention.Sweep(ctx, store, sessionRecords(js), p, *dry, nil)
+	removed, err := retention.Sweep(ctx, store, retention.ProjectedSessions(js), p, *dry, nil)
 	if *jsonOut {
 		if removed == nil {
 			removed = []retention.Removal{}
@@ -107,7 +76,7 @@ func gcCmd(ctx context.Context, base globals, args []string, stdout, stderr io.W
 	for _, r := range removed {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.Reason, r.Name, r.Size, timeOrDash(r.Created))
 	}
-	total := removedBytes(removed)
+	total := retention.RemovedBytes(removed)
 	verb := "removed"
 	if *dry {
 		verb = "would remove"
@@ -117,77 +86,4 @@ func gcCmd(ctx context.Context, base globals, args []string, stdout, stderr io.W
 		return ferr
 	}
 	return err
-}
-
-// sweeper runs a retention sweep every interval until closed, and a sweep
-// of orphan chunks every orphan grace period, so that a killed put's
-// chunks go within two grace periods whatever the interval; it is the
-// engine's (engine serve --gc-interval). Several engines may sweep at once.
-type sweeper struct {
-	store    *objectstore.Store
-	sessions retention.Sessions
-	policy   retention.Policy
-	every    time.Duration
-	logger   *slog.Logger
-	cancel   context.CancelFunc // ends the loop, and cuts a sweep short
-	wg       sync.WaitGroup
-}
-
-func (s *sweeper) start() {
-	root, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTicker(s.every)
-		defer t.Stop()
-		grace := s.policy.OrphanGrace
-		if grace <= 0 {
-			grace = retention.DefaultOrphanGrace
-		}
-		o := time.NewTicker(grace)
-		defer o.Stop()
-		for {
-			orphans := false
-			select {
-			case <-root.Done():
-				return
-			case <-t.C:
-			case <-o.C:
-				orphans = true
-			}
-			ctx, cancel := context.WithTimeout(root, min(s.every, grace))
-			what := "retention sweep"
-			var removed []retention.Removal
-			var err error
-			if orphans {
-				what = "orphan chunk sweep"
-				removed, err = retention.SweepOrphans(ctx, s.store, s.policy, false, s.logger)
-			} else {
-				removed, err = retention.Sweep(ctx, s.store, s.sessions, s.policy, false, s.logger)
-			}
-			cancel()
-			if err != nil {
-				s.logger.Warn(what+" failed", "err", err, "removed", len(removed))
-			} else if len(removed) > 0 {
-				s.logger.Info(what, "removed", len(removed), "bytes", removedBytes(removed))
-			}
-		}
-	}()
-}
-
-// removedBytes sums the sizes of rs.
-func removedBytes(rs []retention.Removal) int64 {
-	var n int64
-	for _, r := range rs {
-		n += r.Size
-	}
-	return n
-}
-
-func (s *sweeper) close() {
-	if s.cancel != nil {
-		s.cancel()
-		s.wg.Wait()
-	}
 }

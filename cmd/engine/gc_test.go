@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/retention"
 )
 
@@ -35,7 +36,7 @@ func TestGC(t *testing.T) {
 	mustCLI(t, url, "", "sandbox", "delete", gone)
 	waitProjected(t, url)
 	// engine status counts the sessions by status.
-	var rep statusReport
+	var rep operator.Report
 	if err := json.Unmarshal([]byte(mustCLI(t, url, "", "status", "--json", "--wait", "10ms")), &rep); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -136,7 +137,7 @@ func TestPlacementAndDrainFiveNodes(t *testing.T) {
 		return nil
 	})
 	out := mustCLI(t, url, "", "node", "drain", "n1", "--json")
-	var rows []drainRow
+	var rows []operator.DrainRow
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("drain output %q: %v", out, err)
 	}
@@ -160,11 +161,11 @@ func TestPlacementAndDrainFiveNodes(t *testing.T) {
 	if l, err := st.Client.Lookup(ctx, onN1[0]); err != nil || l.Status != "running" || l.Node != "n2" {
 		t.Fatalf("the running session after the drain: %+v, %v; want running on n2", l, err)
 	}
-	var list []nodeRow
+	var list []operator.NodeRow
 	if err := json.Unmarshal([]byte(mustCLI(t, url, "", "node", "list", "--json")), &list); err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(list, func(r nodeRow) bool { return r.Node == "n1" })
+	i := slices.IndexFunc(list, func(r operator.NodeRow) bool { return r.Node == "n1" })
 	if i < 0 || !list[i].Cordoned || list[i].Sessions != 0 {
 		t.Fatalf("n1 in node list: %+v; want cordoned with no sessions", list)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/retention"
 	"github.com/paddock-dev/paddock/testenv"
 )
@@ -78,7 +79,7 @@ func TestKill9DuringPersist(t *testing.T) {
 	nc.Close()
 
 	url, _ = start()
-	var rep statusReport
+	var rep operator.Report
 	if err := json.Unmarshal([]byte(mustCLI(t, url, "", "status", "--json", "--wait", "10ms")), &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestKill9DuringPersist(t *testing.T) {
 	if u == nil || u.Puts != 1 || u.Bytes < 4*objectstore.ChunkSize {
 		t.Fatalf("status after kill -9 mid-persist: unfinished puts %+v; want one put's chunks", u)
 	}
-	var obj streamStatus
+	var obj operator.StreamStatus
 	for _, st := range rep.Streams {
 		if st.Name == objectstore.StreamName(objectstore.DefaultBucket) {
 			obj = st

@@ -15,6 +15,7 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/storage"
 )
 
@@ -32,12 +33,12 @@ func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 			if err := cfg.metrics.WatchProjector(p.Lag); err != nil {
 				return err
 			}
-			plan := storagePlan{replicas: cfg.replicas, asked: asked, embedded: c.maxStore}
+			plan := provision.Plan{Replicas: cfg.replicas, Asked: asked, Embedded: c.maxStore}
 			lc.Append(fx.Hook{
 				// The buckets get their limits before the projector's
 				// setup, which runs in the background, ensures them too.
 				OnStart: func(ctx context.Context) error {
-					if err := plan.ensureBuckets(ctx, js, logger); err != nil {
+					if err := plan.EnsureBuckets(ctx, js, logger); err != nil {
 						return err
 					}
 					return p.Start(ctx)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/operator"
+	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/storage"
 	"github.com/paddock-dev/paddock/testenv"
 )
@@ -139,15 +141,15 @@ done
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep statusReport
+	var rep operator.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("engine status --json: %v\n%s", err, b)
 	}
 	if rep.Cluster != "paddock" || len(rep.Servers) != 3 {
 		t.Errorf("status: cluster %q, servers %+v; want paddock with 3 servers", rep.Cluster, rep.Servers)
 	}
-	if len(rep.Streams) != len(paddockStreams()) {
-		t.Errorf("status: %d streams, want %d", len(rep.Streams), len(paddockStreams()))
+	if len(rep.Streams) != len(provision.Streams()) {
+		t.Errorf("status: %d streams, want %d", len(rep.Streams), len(provision.Streams()))
 	}
 	// --max-store bounds each server's store and the PADDOCK account's, so
 	// the engine splits it as an embedded one does: the events stream
@@ -158,7 +160,7 @@ done
 	}
 	want := storage.Defaults(16 << 30)
 	for _, s := range rep.Streams {
-		if err := s.healthy(3); err != nil {
+		if err := s.Healthy(3); err != nil {
 			t.Errorf("status: %v", err)
 		}
 		if s.MaxBytes <= 0 {

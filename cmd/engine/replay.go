@@ -17,6 +17,7 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projection"
 	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/readiness"
 	"github.com/paddock-dev/paddock/replay"
 )
 
@@ -70,7 +71,7 @@ func replayCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		return timeline(ctx, js, *wait, log, g.tenant, *session, opts, *jsonOut, stdout)
 	}
 	var res replay.Result
-	err = retryRead(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
+	err = readiness.Retry(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
 		res, err = replay.Rebuild(ctx, log, opts)
 		return err
 	})
@@ -92,7 +93,7 @@ func timeline(ctx context.Context, js jetstream.JetStream, wait time.Duration, l
 	opts.Filters = []string{log.Subjects().SessionFilter(tenant, id)}
 	var msgs []events.Msg
 	var res replay.Result
-	err := retryRead(ctx, js, "events stream", events.DefaultStream, wait, func(ctx context.Context) error {
+	err := readiness.Retry(ctx, js, "events stream", events.DefaultStream, wait, func(ctx context.Context) error {
 		msgs = nil
 		opts.Each = func(m events.Msg) { msgs = append(msgs, m) }
 		var err error
@@ -200,7 +201,7 @@ func verifyProjection(ctx context.Context, js jetstream.JetStream, res replay.Re
 		return errcode.Wrap(errcode.Unavailable, err, "projection buckets")
 	}
 	var rep replay.Report
-	err = retryRead(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, wait, func(ctx context.Context) error {
+	err = readiness.Retry(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, wait, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, projectionTry)
 		defer cancel()
 		rep, err = replay.Verify(ctx, b, res)

@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
@@ -34,6 +31,7 @@ import (
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/retention"
 	"github.com/paddock-dev/paddock/scheduler"
 	"github.com/paddock-dev/paddock/storage"
@@ -217,27 +215,34 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			},
 		),
 		fx.Invoke(func(lc fx.Lifecycle, c conns, js jetstream.JetStream, sch *scheduler.Scheduler, tp trace.TracerProvider) error {
-			plan := storagePlan{replicas: cfg.replicas, maxAge: cfg.maxAge, dropOldest: cfg.storage.dropOldest, asked: asked, embedded: c.maxStore}
-			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error { return plan.ensureStreams(ctx, js, logger) }})
-			mon, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: paddockStreams()}, logger)
+			plan := provision.Plan{Replicas: cfg.replicas, MaxAge: cfg.maxAge, DropOldest: cfg.storage.dropOldest, Asked: asked, Embedded: c.maxStore}
+			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error { return plan.EnsureStreams(ctx, js, logger) }})
+			mon, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: provision.Streams()}, logger)
 			if err != nil {
 				return err
 			}
 			lc.Append(fx.Hook{OnStart: mon.Start, OnStop: mon.Close})
 			lc.Append(fx.StartStopHook(sch.Start, sch.Close))
 			if cfg.gcEvery > 0 {
-				sw := &sweeper{sessions: sessionRecords(js), policy: cfg.retention, every: cfg.gcEvery, logger: logger}
+				var sw *retention.Sweeper
 				lc.Append(fx.Hook{
 					OnStart: func(ctx context.Context) error {
 						store, err := objectstore.Open(ctx, js, "")
 						if err != nil {
 							return err
 						}
-						sw.store = store
-						sw.start()
+						if sw, err = retention.NewSweeper(store, retention.ProjectedSessions(js), cfg.retention, cfg.gcEvery, logger); err != nil {
+							return err
+						}
+						sw.Start()
 						return nil
 					},
-					OnStop: func(context.Context) error { sw.close(); return nil },
+					OnStop: func(context.Context) error {
+						if sw != nil {
+							sw.Close()
+						}
+						return nil
+					},
 				})
 			}
 			// Auditors' consumers: the engine makes them (package auditfeed).
@@ -525,32 +530,17 @@ func connect(lc fx.Lifecycle, cfg serveConfig, bc broker.Config, logger *slog.Lo
 	}
 	*clientURL = b.ClientURL()
 	c.maxStore = b.MaxStore()
-	c.serverPorts = listenerPorts(b.Server())
+	c.serverPorts = b.ListenerPorts()
 	logger.Info("embedded NATS listening", "url", b.ClientURL(), "jetstream", bc.StoreDir, "sync_always", bc.SyncInterval == 0, "auth", store != nil)
 	if store != nil {
 		logger.Info("credentials", "admin", store.CredsPath("admin"), "client_default", store.CredsPath("client-default"), "auth_dir", store.Dir())
 	}
 	stopWatch := func() {}
 	if store != nil {
-		stopWatch = watchConfig(store.ConfigPath(), b, logger)
+		stopWatch = b.WatchConfig(store.ConfigPath(), logger)
 	}
 	lc.Append(fx.StopHook(func() { stopWatch(); closeAll() }))
 	return c, nil
-}
-
-// listenerPorts returns the ports ns listens on: clients, routes,
-// monitoring and profiling.
-func listenerPorts(ns *server.Server) []int {
-	var ports []int
-	if a, ok := ns.Addr().(*net.TCPAddr); ok && a != nil {
-		ports = append(ports, a.Port)
-	}
-	for _, a := range []*net.TCPAddr{ns.ClusterAddr(), ns.MonitorAddr(), ns.ProfilerAddr()} {
-		if a != nil {
-			ports = append(ports, a.Port)
-		}
-	}
-	return ports
 }
 
 // connectExternal connects the engine and its in-process node to the
@@ -592,48 +582,7 @@ func connectExternal(lc fx.Lifecycle, cfg serveConfig) (conns, error) {
 	return c, nil
 }
 
-// watchConfig reloads the embedded server when the auth store's config
-// changes (engine auth add/rm) and returns the function that stops
-// watching. It polls the file's mtime: a change shows within a second.
-func watchConfig(path string, b *broker.Broker, logger *slog.Logger) (stop func()) {
-	stat := func() time.Time {
-		fi, err := os.Stat(path)
-		if err != nil {
-			return time.Time{}
-		}
-		return fi.ModTime()
-	}
-	last := stat()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			if m := stat(); !m.Equal(last) {
-				last = m
-				if err := b.Reload(); err != nil {
-					logger.Error("auth config reload failed; the server keeps the previous one", "err", err)
-					continue
-				}
-				logger.Info("auth config reloaded", "file", path)
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
-}
-
 // startTimeout bounds the engine's start: on a cluster that has just
 // formed, or a loaded machine, JetStream may take a while to place the
-// streams (retrySetup tries again meanwhile).
+// streams (readiness.RetryTransient tries again meanwhile).
 const startTimeout = 60 * time.Second

@@ -16,6 +16,7 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/projection"
 	"github.com/paddock-dev/paddock/projector"
+	"github.com/paddock-dev/paddock/readiness"
 )
 
 // sandboxRead serves `sandbox list` and `sandbox inspect`, which read the
@@ -66,7 +67,7 @@ func sandboxRead(ctx context.Context, base globals, sub string, args []string, s
 		return errcode.Wrap(errcode.Unavailable, err, "jetstream")
 	}
 	read := func(fn func(context.Context) error) error {
-		return retryRead(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, *wait, func(ctx context.Context) error {
+		return readiness.Retry(ctx, js, "sessions projection", "KV_"+projector.SessionsBucket, *wait, func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, projectionTry)
 			defer cancel()
 			return fn(ctx)

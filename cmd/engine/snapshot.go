@@ -143,20 +143,17 @@ func removeSnapshots(ctx context.Context, store *objectstore.Store, snaps []obje
 // removeDeleted deletes the snapshots of the sessions the projection
 // lists as deleted: of tenant, or of every tenant.
 func removeDeleted(ctx context.Context, js jetstream.JetStream, store *objectstore.Store, tenant string, allTenants bool, stdout io.Writer) error {
-	kv, err := js.KeyValue(ctx, projector.SessionsBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return errcode.New(errcode.Unavailable, "no sessions projection (bucket %s): is an engine with its projector running?", projector.SessionsBucket)
-	}
+	ss, err := projector.OpenSessions(ctx, js)
 	if err != nil {
-		return errcode.Wrap(errcode.Unavailable, err, "sessions projection")
+		return err
 	}
 	filter := projection.TenantKeys(tenant)
 	if allTenants {
 		filter = ">"
 	}
-	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, filter)
+	recs, err := ss.List(ctx, filter)
 	if err != nil {
-		return errcode.Wrap(errcode.Unavailable, err, "read the sessions projection")
+		return err
 	}
 	var snaps []objectstore.Snapshot
 	for _, r := range recs {

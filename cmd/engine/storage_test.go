@@ -14,19 +14,20 @@ import (
 	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/storage"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
 // streamsByName returns `engine status --json`'s streams by name.
-func streamsByName(t *testing.T, url string) map[string]streamStatus {
+func streamsByName(t *testing.T, url string) map[string]operator.StreamStatus {
 	t.Helper()
-	var rep statusReport
+	var rep operator.Report
 	if err := json.Unmarshal([]byte(mustCLI(t, url, "", "status", "--json", "--wait", "10ms")), &rep); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]streamStatus{}
+	out := map[string]operator.StreamStatus{}
 	for _, s := range rep.Streams {
 		out[s.Name] = s
 	}

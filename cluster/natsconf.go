@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"fmt"
@@ -6,13 +6,14 @@ import (
 	"strings"
 
 	"github.com/paddock-dev/paddock/auth"
+	"github.com/paddock-dev/paddock/errcode"
 )
 
-// natsConf is one nats-server's configuration as Paddock writes it: a
+// ServerConf is one nats-server's configuration as Paddock writes it: a
 // client listener, JetStream on disk, optionally a place in a cluster,
 // and Paddock's accounts and users from an auth store. `engine auth
 // server-config` writes one; `engine cluster config` writes one per server.
-type natsConf struct {
+type ServerConf struct {
 	// Comment is the first line of the file (without "# ").
 	Comment string
 	// ServerName names the server ("": nats-server picks one); every
@@ -32,14 +33,14 @@ type natsConf struct {
 	ClientAdvertise string
 	// TLS, when set, is the client listener's TLS (server side only:
 	// clients authenticate with their credentials).
-	TLS *natsTLSConf
+	TLS *TLSConf
 	// Cluster, when set, is the server's route listener and its routes.
-	Cluster *natsClusterConf
+	Cluster *RouteConf
 }
 
-// natsTLSConf is a tls block: files of the server's certificate and key,
+// TLSConf is a tls block: files of the server's certificate and key,
 // and with Verify the CA whose certificates the other end must present.
-type natsTLSConf struct {
+type TLSConf struct {
 	CertFile, KeyFile string
 	CAFile            string
 	Verify            bool
@@ -50,7 +51,7 @@ type natsTLSConf struct {
 const tlsTimeout = 5
 
 // write writes the block as field: {...}.
-func (t natsTLSConf) write(b *strings.Builder, indent, field string) error {
+func (t TLSConf) write(b *strings.Builder, indent, field string) error {
 	var parts []string
 	for _, f := range []struct{ name, v string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CAFile}} {
 		if f.v == "" {
@@ -70,8 +71,8 @@ func (t natsTLSConf) write(b *strings.Builder, indent, field string) error {
 	return nil
 }
 
-// natsClusterConf is the cluster block of a natsConf.
-type natsClusterConf struct {
+// RouteConf is the cluster block of a ServerConf.
+type RouteConf struct {
 	Name string
 	Host string
 	Port int
@@ -82,7 +83,7 @@ type natsClusterConf struct {
 	// accepts a route only from a server that presents them.
 	User, Password string
 	// TLS, when set, is the routes' mutual TLS.
-	TLS *natsTLSConf
+	TLS *TLSConf
 	// Advertise, when set, is the host:port the server tells the others
 	// to reach its routes at (the one their routes name; by default it
 	// would tell its interfaces' addresses, which its certificate may
@@ -90,11 +91,11 @@ type natsClusterConf struct {
 	Advertise string
 }
 
-// serverAccounts returns the accounts block for the identities of the
+// ServerAccounts returns the accounts block for the identities of the
 // auth store in dir (auth.ServerConfigStore, the PADDOCK account's store
 // bounded to accountStore bytes, 0: unbounded): what every server of a
 // Paddock deployment must know, identically.
-func serverAccounts(dir string, accountStore int64) ([]byte, error) {
+func ServerAccounts(dir string, accountStore int64) ([]byte, error) {
 	ids, err := auth.Open(dir).Identities()
 	if err != nil {
 		return nil, err
@@ -102,10 +103,10 @@ func serverAccounts(dir string, accountStore int64) ([]byte, error) {
 	return auth.ServerConfigStore(ids, accountStore)
 }
 
-// write writes the config followed by accounts (from serverAccounts). A
+// Write writes the config followed by accounts (from ServerAccounts). A
 // name or path the config syntax cannot carry as a plain quoted string
 // is invalid_request, and nothing is written.
-func (c natsConf) write(w io.Writer, accounts []byte) error {
+func (c ServerConf) Write(w io.Writer, accounts []byte) error {
 	var b strings.Builder
 	str := func(field, v string) (string, error) { return confString(field, v) }
 	fmt.Fprintf(&b, "# %s\n", c.Comment)
@@ -200,11 +201,11 @@ func (c natsConf) write(w io.Writer, accounts []byte) error {
 // quote, a backslash, a control character) is refused instead.
 func confString(field, v string) (string, error) {
 	if v == "" {
-		return "", usageErr("%s is empty", field)
+		return "", errcode.New(errcode.InvalidRequest, "%s is empty", field)
 	}
 	for _, r := range v {
 		if r == '"' || r == '\\' || r < 0x20 || r == 0x7f {
-			return "", usageErr("%s %q: quotes, backslashes and control characters cannot go into a nats-server config", field, v)
+			return "", errcode.New(errcode.InvalidRequest, "%s %q: quotes, backslashes and control characters cannot go into a nats-server config", field, v)
 		}
 	}
 	return `"` + v + `"`, nil

@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"crypto/ecdsa"
@@ -41,8 +41,9 @@ const (
 	routeUser = "route"
 	// routeSecretFile holds the route password.
 	routeSecretFile = "route.secret"
-	caCertFile      = "ca.pem"
-	caKeyFile       = "ca-key.pem"
+	// CACertFile is the cluster CA's certificate, which clients trust.
+	CACertFile = "ca.pem"
+	caKeyFile  = "ca-key.pem"
 	// caLife and certLife are how long a CA and a server certificate are
 	// valid; certRenew is how close to its end a certificate is made again.
 	caLife    = 10 * 365 * 24 * time.Hour
@@ -50,9 +51,9 @@ const (
 	certRenew = 30 * 24 * time.Hour
 )
 
-// routeSecret returns the route password kept in dir, made when dir has
+// loadRouteSecret returns the route password kept in dir, made when dir has
 // none: then it is put in files, to be written.
-func routeSecret(dir string, files map[string][]byte) (string, error) {
+func loadRouteSecret(dir string, files map[string][]byte) (string, error) {
 	path := filepath.Join(dir, routeSecretFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -86,11 +87,11 @@ type clusterCA struct {
 // loadOrMakeCA returns the CA kept in dir, made when dir has none: then
 // its files are put in files, to be written.
 func loadOrMakeCA(dir, cluster string, now time.Time, files map[string][]byte) (*clusterCA, error) {
-	certPath, keyPath := filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile)
+	certPath, keyPath := filepath.Join(dir, CACertFile), filepath.Join(dir, caKeyFile)
 	cert, key, err := readPair(certPath, keyPath)
 	if err == nil {
 		if !cert.IsCA || now.After(cert.NotAfter) {
-			return nil, errcode.New(errcode.InvalidRequest, "%s is not a CA, or has expired: remove %s and %s to make a new one", certPath, caCertFile, caKeyFile)
+			return nil, errcode.New(errcode.InvalidRequest, "%s is not a CA, or has expired: remove %s and %s to make a new one", certPath, CACertFile, caKeyFile)
 		}
 		return &clusterCA{cert: cert, key: key}, nil
 	}
@@ -122,7 +123,7 @@ func loadOrMakeCA(dir, cluster string, now time.Time, files map[string][]byte) (
 	if cert, err = x509.ParseCertificate(der); err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "CA certificate")
 	}
-	if err := putPair(files, caCertFile, caKeyFile, der, key); err != nil {
+	if err := putPair(files, CACertFile, caKeyFile, der, key); err != nil {
 		return nil, err
 	}
 	return &clusterCA{cert: cert, key: key}, nil
@@ -268,9 +269,9 @@ func putPair(files map[string][]byte, certName, keyName string, der []byte, key 
 	return nil
 }
 
-// writeSecret writes b to path, 0600 (a file there already is made 0600
+// WriteSecret writes b to path, 0600 (a file there already is made 0600
 // too).
-func writeSecret(path string, b []byte) error {
+func WriteSecret(path string, b []byte) error {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return errcode.Wrap(errcode.InvalidRequest, err, fmt.Sprintf("write %s", path))
 	}
