@@ -15,7 +15,7 @@ import (
 	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
-	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/provision"
 )
@@ -85,7 +85,7 @@ func (w *Waiter) nodesUp(ctx context.Context, nc *nats.Conn, want int) ([]string
 		}
 		select {
 		case m := <-w.hb:
-			var info nodes.Info
+			var info events.NodeInfo
 			if json.Unmarshal(m.Data, &info) == nil && m.Subject == subj.Heartbeat(info.Node) {
 				if info.Status == "up" {
 					w.heard[info.Node] = time.Now()

@@ -29,6 +29,11 @@ var arrows = []arrow{
 	{from: "nodes/runtime/...", to: "nodes"},
 	{from: "nodes/runtime/...", to: "scheduler/..."},
 	{from: "images/...", to: "nodes/..."},
+	{from: "client/...", to: "nodes/..."},
+	{from: "operator/...", to: "nodes/..."},
+	{from: "cluster/...", to: "nodes/..."},
+	{from: "readiness/...", to: "nodes/..."},
+	{from: "provision/...", to: "nodes/..."},
 	{from: "...", except: []string{"testenv"}, to: "testenv"},
 	{from: "...", except: []string{"cmd/..."}, to: "cmd/..."},
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
-	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/projection"
 	"github.com/paddock-dev/paddock/projector"
 )
@@ -47,7 +46,7 @@ type DrainRow struct {
 
 // Heartbeats asks every node to heartbeat now and collects what comes
 // within wait, one per node.
-func Heartbeats(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]nodes.Info, error) {
+func Heartbeats(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]events.NodeInfo, error) {
 	subj := commands.Subjects{}
 	ch := make(chan *nats.Msg, 256)
 	sub, err := nc.ChanSubscribe(subj.HeartbeatAll(), ch)
@@ -58,18 +57,18 @@ func Heartbeats(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]nodes
 	if err := nc.Publish(subj.Announce(), nil); err != nil {
 		return nil, errcode.Wrap(errcode.Unavailable, err, "announce")
 	}
-	seen := map[string]nodes.Info{}
+	seen := map[string]events.NodeInfo{}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
 		select {
 		case m := <-ch:
-			var info nodes.Info
+			var info events.NodeInfo
 			if json.Unmarshal(m.Data, &info) == nil && m.Subject == subj.Heartbeat(info.Node) {
 				seen[info.Node] = info
 			}
 		case <-deadline.C:
-			out := make([]nodes.Info, 0, len(seen))
+			out := make([]events.NodeInfo, 0, len(seen))
 			for _, n := range seen {
 				out = append(out, n)
 			}
@@ -139,12 +138,12 @@ func NodeRequest(ctx context.Context, nc *nats.Conn, actor, node, op string, arg
 // Cordon cordons node (on) or lifts its cordon, as actor, and returns the
 // node's state after. A cordoned node takes no new sessions. It fails as
 // NodeRequest does.
-func Cordon(ctx context.Context, nc *nats.Conn, actor, node string, on bool) (nodes.Info, error) {
+func Cordon(ctx context.Context, nc *nats.Conn, actor, node string, on bool) (events.NodeInfo, error) {
 	op := commands.NodeUncordon
 	if on {
 		op = commands.NodeCordon
 	}
-	var info nodes.Info
+	var info events.NodeInfo
 	err := NodeRequest(ctx, nc, actor, node, op, nil, &info)
 	return info, err
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
-	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/provision"
@@ -54,7 +53,7 @@ type Report struct {
 	// Servers hold the streams' replicas (see ServersOf).
 	Servers    []ServerStatus     `json:"servers,omitempty"`
 	Streams    []StreamStatus     `json:"streams"`
-	Nodes      []nodes.Info       `json:"nodes"`
+	Nodes      []events.NodeInfo  `json:"nodes"`
 	Projectors []projector.Status `json:"projectors"`
 	// Sessions counts every tenant's sessions by status, as the projection
 	// has them (absent when it cannot be read).
