@@ -19,10 +19,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/client"
+	flag "github.com/spf13/pflag"
 	"io"
 	"log/slog"
 	"os"

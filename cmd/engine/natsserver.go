@@ -25,7 +25,7 @@ import (
 // exit.
 func natsServerCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlagSet("nats-server", stderr)
-	file := fs.String("c", "", "the nats-server config file")
+	file := fs.StringP("config", "c", "", "the nats-server config file")
 	readyTimeout := fs.Duration("ready-timeout", 30*time.Second, "how long the server may take to accept connections")
 	pos, rest, err := parseInterleaved(fs, args)
 	if err != nil {

@@ -115,10 +115,10 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	case "ls":
 		fs.BoolVar(jsonOut, "json", false, "print entries as JSON")
 	case "rm":
-		fs.BoolVar(&recursive, "r", false, "remove directories and their contents")
-		fs.BoolVar(&force, "f", false, "a missing path is no error")
+		fs.BoolVarP(&recursive, "recursive", "r", false, "remove directories and their contents")
+		fs.BoolVarP(&force, "force", "f", false, "a missing path is no error")
 	case "mkdir":
-		fs.BoolVar(&parents, "p", false, "make parent directories as needed; no error if it exists")
+		fs.BoolVarP(&parents, "parents", "p", false, "make parent directories as needed; no error if it exists")
 	case "read", "running", "start", "stop", "shutdown", "delete":
 	default:
 		return usageErr("unknown sandbox command %q (see engine help)", sub)

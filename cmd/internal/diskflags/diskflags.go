@@ -6,8 +6,8 @@ package diskflags
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	flag "github.com/spf13/pflag"
 	"log/slog"
 	"strconv"
 	"strings"

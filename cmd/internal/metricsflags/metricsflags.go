@@ -5,7 +5,7 @@
 package metricsflags
 
 import (
-	"flag"
+	flag "github.com/spf13/pflag"
 	"log/slog"
 
 	"go.uber.org/fx"

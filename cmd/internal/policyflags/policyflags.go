@@ -6,8 +6,8 @@
 package policyflags
 
 import (
-	"flag"
 	"fmt"
+	flag "github.com/spf13/pflag"
 	"time"
 
 	"github.com/paddock-dev/paddock/cmd/internal/bytesize"

@@ -1,7 +1,7 @@
 package policyflags
 
 import (
-	"flag"
+	flag "github.com/spf13/pflag"
 	"io"
 	"testing"
 )

@@ -1,7 +1,7 @@
 package runtimes
 
 import (
-	"flag"
+	flag "github.com/spf13/pflag"
 	"io"
 	"log/slog"
 	"os"

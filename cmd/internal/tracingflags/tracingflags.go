@@ -6,7 +6,7 @@ package tracingflags
 
 import (
 	"context"
-	"flag"
+	flag "github.com/spf13/pflag"
 	"os"
 
 	"go.opentelemetry.io/otel/trace"
