@@ -11,6 +11,7 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/paddock-dev/paddock/cmd/internal/buildinfo"
+	"github.com/paddock-dev/paddock/commands"
 )
 
 // The command tree is cobra's (docs/cli.md says why). Each leaf still
@@ -233,15 +234,20 @@ func newRoot(ctx context.Context, raw *[]string, s streams) *cobra.Command {
 		}
 		group(parentPath).AddCommand(c)
 	}
-	root.AddCommand(&cobra.Command{
+	version := &cobra.Command{
 		Use:   "version",
 		Short: "print the version of engine and of the command contract",
 		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fmt.Fprintf(c.OutOrStdout(), "engine %s\n", buildinfo.String())
-			return nil
-		},
-	})
+	}
+	jsonVersion := version.Flags().Bool("json", false, `print {"version": ..., "contract": ...}`)
+	version.RunE = func(c *cobra.Command, _ []string) error {
+		if *jsonVersion {
+			return printJSON(c.OutOrStdout(), map[string]string{"version": buildinfo.Version(), "contract": commands.Version})
+		}
+		fmt.Fprintf(c.OutOrStdout(), "engine %s\n", buildinfo.String())
+		return nil
+	}
+	root.AddCommand(version)
 	return root
 }
 
