@@ -60,7 +60,6 @@ func printJSONLine(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)
 }
 
-
 // deletedSnapshots is what snapshot rm deleted (bytes: when it knows).
 type deletedSnapshots struct {
 	Deleted int    `json:"deleted"`
