@@ -129,7 +129,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.docker = runtimes.RegisterDockerFlags(fs)
 	traces := tracingflags.Register(fs)
 	jsonLog := fs.Bool("json", false, "log JSON lines on stderr (log/slog's JSON handler)")
+	configFile := configFlag(fs)
 	if _, _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	if _, err := applyConfig(fs, *configFile); err != nil {
 		return err
 	}
 	met, err := metricsFlags.Open()
