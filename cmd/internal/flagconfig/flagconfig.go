@@ -202,9 +202,8 @@ func mask(name, v string) string {
 	var parts []string
 	for _, p := range strings.Split(v, ",") {
 		if u, err := url.Parse(p); err == nil && u.User != nil {
-			if _, ok := u.User.Password(); ok {
-				u.User = url.UserPassword(u.User.Username(), "****")
-				p = u.String()
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				p = strings.Replace(p, ":"+pw+"@", ":****@", 1)
 			}
 		}
 		parts = append(parts, p)
