@@ -188,7 +188,7 @@ func newRoot(ctx context.Context, raw *[]string, s streams) *cobra.Command {
 			fmt.Fprint(c.OutOrStdout(), usage)
 			return
 		}
-		fmt.Fprint(c.OutOrStdout(), c.UsageString())
+		fmt.Fprintf(c.OutOrStdout(), "engine %s: %s\n\n%s", strings.Join(words(c), " "), c.Short, c.UsageString())
 	})
 	groups := map[string]*cobra.Command{"": root}
 	var group func(path string) *cobra.Command
@@ -321,4 +321,9 @@ func normalizeArgs(root *cobra.Command, args []string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// words is a command's path without the root: "sandbox proc start".
+func words(c *cobra.Command) []string {
+	return strings.Fields(strings.TrimPrefix(c.CommandPath(), "engine"))
 }

@@ -26,10 +26,6 @@ func walk(c *cobra.Command, f func(*cobra.Command)) {
 	}
 }
 
-// words is a command's path without the root: "sandbox proc start".
-func words(c *cobra.Command) []string {
-	return strings.Fields(strings.TrimPrefix(c.CommandPath(), "engine"))
-}
 
 // TestEveryCommandAnswersHelp: every command and group of the tree
 // answers --help and -h with exit 0, on stdout, with its own usage.
@@ -190,4 +186,23 @@ func TestConfigPrint(t *testing.T) {
 	if code, _, errs := cli(t, "", "", "config", "print"); code != 2 || !strings.Contains(errs, `"listn" is not a setting`) {
 		t.Errorf("config print with a misspelt key = exit %d, %q; want 2 naming it", code, errs)
 	}
+}
+
+// TestHelpListsEveryLeaf: engine help names every command of the tree
+// (alternatives as in "engine sandbox start|stop ID" count).
+func TestHelpListsEveryLeaf(t *testing.T) {
+	root := newRoot(context.Background(), &[]string{}, streams{})
+	walk(root, func(c *cobra.Command) {
+		w := words(c)
+		if c.HasSubCommands() || len(w) == 0 || w[0] == "help" {
+			return
+		}
+		pat := "engine"
+		for _, word := range w {
+			pat += ` (\S+\|)*` + regexp.QuoteMeta(word) + `(\|\S+)*`
+		}
+		if !regexp.MustCompile(pat + `(\s|,|$)`).MatchString(usage) {
+			t.Errorf("engine help does not list engine %s", strings.Join(w, " "))
+		}
+	})
 }
