@@ -26,7 +26,6 @@ func walk(c *cobra.Command, f func(*cobra.Command)) {
 	}
 }
 
-
 // TestEveryCommandAnswersHelp: every command and group of the tree
 // answers --help and -h with exit 0, on stdout, with its own usage.
 func TestEveryCommandAnswersHelp(t *testing.T) {
