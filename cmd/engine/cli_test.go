@@ -106,15 +106,15 @@ func TestExitCodes(t *testing.T) {
 	if code, _, errs := cli(t, url, "", "sandbox", "exec", id, "--", "sh", "-c", "exit 1"); code != 1 || errs != "" {
 		t.Errorf("exec exit 1 = exit %d, %q; want 1 and nothing on stderr", code, errs)
 	}
-	code, out, _ := cli(t, url, "", "sandbox", "exec", id, "--json", "--", "sh", "-c", "echo hi; exit 3")
+	code, stdout, _ := cli(t, url, "", "sandbox", "exec", id, "--json", "--", "sh", "-c", "echo hi; exit 3")
 	var res commands.ExecResult
-	if err := json.Unmarshal([]byte(out), &res); code != 3 || err != nil || res.ExitCode != 3 || res.Stdout != "hi\n" {
-		t.Errorf("exec --json = exit %d, %q (%v); want 3 and the result", code, out, err)
+	if err := json.Unmarshal([]byte(stdout), &res); code != 3 || err != nil || res.ExitCode != 3 || res.Stdout != "hi\n" {
+		t.Errorf("exec --json = exit %d, %q (%v); want 3 and the result", code, stdout, err)
 	}
-	code, out, _ = cli(t, url, "", "sandbox", "exec", id, "--stream", "--json", "--", "sh", "-c", "echo hi; exit 4")
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	code, stdout, _ = cli(t, url, "", "sandbox", "exec", id, "--stream", "--json", "--", "sh", "-c", "echo hi; exit 4")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	if code != 4 || len(lines) != 2 || lines[0] != `{"stream":"stdout","data":"hi\n"}` || !strings.Contains(lines[1], `"exit_code":4`) {
-		t.Errorf("exec --stream --json = exit %d, %q; want 4, a chunk line and the result line", code, out)
+		t.Errorf("exec --stream --json = exit %d, %q; want 4, a chunk line and the result line", code, stdout)
 	}
 	var running map[string]any
 	if err := json.Unmarshal([]byte(mustCLI(t, url, "", "sandbox", "running", id, "--json")), &running); err != nil || running["running"] != true || running["session_id"] != id {
@@ -135,6 +135,10 @@ func TestExitCodes(t *testing.T) {
 	// The flag package's one-dash long flags still parse.
 	if code, out, errs := cli(t, url, "", "sandbox", "running", id, "-json"); code != 0 || !strings.Contains(out, `"running"`) {
 		t.Errorf("running -json = exit %d, %q, %q; want the JSON", code, out, errs)
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"-server", url, "sandbox", "running", id, "-json"}, strings.NewReader(""), &out, &out); code != 0 || !strings.Contains(out.String(), `"running"`) {
+		t.Errorf("-server URL sandbox running -json = exit %d, %q; want the JSON", code, out.String())
 	}
 }
 

@@ -142,7 +142,9 @@ func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 // tests call it as main does.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(ctx, &args, streams{in: stdin, out: stdout, err: stderr})
-	args = normalizeArgs(root, args)
+	// Twice: a one-dash global before the command (-server URL) hides the
+	// command from the first look.
+	args = normalizeArgs(root, normalizeArgs(root, args))
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	var ran ranErr
