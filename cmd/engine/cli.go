@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -252,16 +253,30 @@ func newRoot(ctx context.Context, raw *[]string, s streams) *cobra.Command {
 }
 
 // groupRun serves a group given no command (or an unknown one): a usage
-// error, with the group's commands.
+// error, with the group's commands in the order of engine help.
 func groupRun(c *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return usageErr("unknown command %q (see %s --help)", strings.Join(append([]string{c.CommandPath()}, args[0]), " "), c.CommandPath())
-	}
+	path := strings.Join(words(c), " ")
 	var names []string
 	for _, sub := range c.Commands() {
 		if sub.IsAvailableCommand() {
 			names = append(names, sub.Name())
 		}
+	}
+	if path != "" {
+		names = names[:0]
+		for _, l := range leaves() {
+			if rest, ok := strings.CutPrefix(l.path, path+" "); ok {
+				if name, _, _ := strings.Cut(rest, " "); !slices.Contains(names, name) {
+					names = append(names, name)
+				}
+			}
+		}
+	}
+	switch {
+	case len(args) > 0 && path == "":
+		return usageErr("unknown command %q (see engine help)", args[0])
+	case len(args) > 0:
+		return usageErr("unknown %s command %q (%s; see engine %s --help)", path, args[0], strings.Join(names, ", "), path)
 	}
 	return usageErr("%s needs a command: %s (see %s --help)", c.CommandPath(), strings.Join(names, ", "), c.CommandPath())
 }
