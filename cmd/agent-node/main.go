@@ -19,10 +19,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/client"
+	flag "github.com/spf13/pflag"
 	"io"
 	"log/slog"
 	"os"
@@ -51,10 +51,14 @@ import (
 func main() {
 	// The process's lifetime context: cancelled on SIGINT/SIGTERM.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stderr)
+	err := runCLI(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		var u usageError
+		if errors.As(err, &u) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
@@ -78,10 +82,22 @@ type config struct {
 	clusterPorts     string
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) error {
-	var cfg config
-	fs := flag.NewFlagSet("agent-node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// nodeFlags are agent-node's flags and what they fill in.
+type nodeFlags struct {
+	cfg        config
+	metrics    *metricsflags.Flags
+	disk       *diskflags.Flags
+	docker     *runtimes.DockerFlags
+	policy     *policyflags.Flags
+	traces     *tracingflags.Flags
+	configFile *string
+	jsonLog    *bool
+}
+
+// registerFlags adds agent-node's flags to fs.
+func registerFlags(fs *flag.FlagSet) *nodeFlags {
+	f := &nodeFlags{}
+	cfg := &f.cfg
 	host, _ := os.Hostname()
 	fs.StringVar(&cfg.natsURL, "nats-url", envOr("PADDOCK_URL", "nats://127.0.0.1:4222"), "NATS URL of the deployment (env PADDOCK_URL)")
 	fs.StringVar(&cfg.creds, "creds", os.Getenv("PADDOCK_CREDS"), "the node's credentials file (engine auth add node ID; env PADDOCK_CREDS); its key signs the node's events")
@@ -99,14 +115,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "compress workspace snapshots with zstd (smaller for compressible workspaces)")
 	fs.StringVar(&cfg.clusterPorts, "egress-cluster-ports", "", "more ports of the NATS cluster (route, leafnode, monitoring; comma separated) that no egress allow list reaches at a private address; its client ports, and NATS's defaults, are refused already")
 	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
-	metricsFlags := metricsflags.Register(fs)
-	diskFlags := diskflags.Register(fs)
-	dockerFlags := runtimes.RegisterDockerFlags(fs)
-	policy := policyflags.Register(fs)
-	traces := tracingflags.Register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+	f.metrics = metricsflags.Register(fs)
+	f.disk = diskflags.Register(fs)
+	f.docker = runtimes.RegisterDockerFlags(fs)
+	f.policy = policyflags.Register(fs)
+	f.traces = tracingflags.Register(fs)
+	f.configFile = fs.String("config", os.Getenv("PADDOCK_CONFIG"), "YAML configuration file: keys are the flag names (env PADDOCK_CONFIG); flags > env PADDOCK_<FLAG> (PADDOCK_URL for --nats-url) > file > defaults")
+	f.jsonLog = fs.Bool("json", false, "log JSON lines on stderr (log/slog's JSON handler)")
+	return f
+}
+
+// runNode runs the node agent with its flags parsed, until ctx ends.
+func runNode(ctx context.Context, f *nodeFlags, stderr io.Writer) error {
+	cfg := &f.cfg
+	metricsFlags, diskFlags, dockerFlags, policy, traces := f.metrics, f.disk, f.docker, f.policy, f.traces
 	met, err := metricsFlags.Open()
 	if err != nil {
 		return err
@@ -120,9 +142,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if pol.MaxDiskBytes > 0 && dockerFlags.DefaultDiskBytes > pol.MaxDiskBytes {
 		return fmt.Errorf("--default-disk %d is over --max-disk %d", dockerFlags.DefaultDiskBytes, pol.MaxDiskBytes)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	labels := map[string]string{}
 	if cfg.labels != "" {
@@ -147,7 +166,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if _, err := diskFlags.Thresholds(); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
+	if *f.jsonLog {
+		handler = slog.NewJSONHandler(stderr, nil)
+	}
+	logger := slog.New(handler)
 
 	app := fx.New(
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),

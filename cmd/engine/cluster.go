@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/cluster"
@@ -97,6 +98,7 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&s.tls, "tls", false, "TLS on the client and route listeners, from a CA and certificates made in --out (default: on when a server listens beyond loopback)")
 	fs.BoolVar(&s.insecure, "insecure", false, "let servers listen beyond loopback without TLS: routes keep their authorization, but every client's and route's traffic crosses the network in clear text")
 	fs.StringVar(&s.tlsDir, "tls-dir", "", "where the servers find the certificates (default: --out, made absolute)")
+	jsonOut := fs.Bool("json", false, "print {\"out\", \"files\", \"urls\"} (the notes on stderr stay)")
 	maxStore := fs.String("max-store", "", "each server's JetStream store, e.g. 100g; the engine splits it among events, snapshots and projection (default: nats-server's, 75% of the free disk, which the engine cannot see: it then reserves nothing unless given --events-max-bytes and the rest)")
 	pos, rest, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -168,6 +170,9 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 	if spec.TLS {
 		fmt.Fprintf(stderr, "TLS on: server %[1]s-i needs %[1]s-i.conf, %[1]s-i.pem, %[1]s-i-key.pem and ca.pem in %[2]s (ca-key.pem stays here); clients need --tls-ca %[3]s\n", spec.Name, spec.TLSDir, filepath.Join(spec.TLSDir, cluster.CACertFile))
 	}
+	if *jsonOut {
+		return printJSON(stdout, clusterConfigResult{Out: *out, Files: written, URLs: strings.Split(spec.ClientURLs(), ",")})
+	}
 	_, err = fmt.Fprintln(stdout, spec.ClientURLs())
 	return err
 }
@@ -180,6 +185,7 @@ func clusterWaitCmd(ctx context.Context, base globals, args []string, stdout, st
 	replicas := fs.Int("replicas", 0, "wait until each Paddock stream has this many replicas, a leader and current followers (0: do not wait for streams)")
 	nodes := fs.Int("nodes", 0, "wait until this many nodes answer")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	jsonOut := fs.Bool("json", false, "print {\"status\": \"ready\", \"summary\": ...}")
 	pos, rest, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -204,6 +210,9 @@ func clusterWaitCmd(ctx context.Context, base globals, args []string, stdout, st
 	summary, err := w.Wait(ctx, urls, *replicas, *nodes, *timeout)
 	if err != nil {
 		return err
+	}
+	if *jsonOut {
+		return printJSON(stdout, statusSummary{Status: "ready", Summary: summary})
 	}
 	_, err = fmt.Fprintf(stdout, "ready: %s\n", summary)
 	return err

@@ -228,7 +228,7 @@ func TestClusterWaitFails(t *testing.T) {
 	}
 	began := time.Now()
 	code, _, errs := cli(t, "nats://127.0.0.1:1", "", "--creds", "none", "cluster", "wait", "--timeout", "300ms")
-	if code != 1 || !strings.HasPrefix(errs, "error: unavailable: not ready within 300ms") {
+	if code != exitFailure || !strings.HasPrefix(errs, "error: unavailable: not ready within 300ms") {
 		t.Errorf("cluster wait with no server: exit %d, %q; want unavailable", code, errs)
 	}
 	if d := time.Since(began); d > 10*time.Second {
@@ -263,8 +263,8 @@ func TestNATSServerBadConfig(t *testing.T) {
 	mustCLI(t, "", "", "cluster", "config", "--servers", "1", "--client-port", fmt.Sprint(port), "--auth-dir", clusterAuth(t).Dir(), "--store-dir", filepath.Join(dir, "js"), "--out", out)
 	code, _, errs := cli(t, "", "", "nats-server", "-c", filepath.Join(out, "paddock-1.conf"))
 	// The server's own log comes first on stderr; the command's error last.
-	if code != 1 || !strings.Contains(errs, "\nerror: unavailable: nats-server: Error listening on port") {
-		t.Errorf("nats-server on a port in use: exit %d, %q; want 1, unavailable", code, errs)
+	if code != exitFailure || !strings.Contains(errs, "\nerror: unavailable: nats-server: Error listening on port") {
+		t.Errorf("nats-server on a port in use: exit %d, %q; want 125, unavailable", code, errs)
 	}
 }
 

@@ -40,6 +40,7 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		format     = new(string)
 	)
 	if sub == "export" {
+		fs.Bool("json", true, "the events are JSON lines always (accepted for every command's --json)")
 		format = fs.String("format", "stored", "stored: the events as stored; sdk: in the OpenAI Agents SDK's audit event format (ls, rm and mkdir have none and are skipped)")
 	}
 	if sub == "tail" {
@@ -225,7 +226,7 @@ func parseSince(s string, now time.Time) (uint64, time.Time, error) {
 // formatEvent renders one event as a line for people.
 func formatEvent(ev events.Event) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %-36s %4d  %-8s %-6s", ev.TS.Local().Format("15:04:05.000"), ev.SessionID, ev.Seq, ev.Op, ev.Phase)
+	fmt.Fprintf(&b, "%s  %-36s %4d  %-8s %-6s", formatTime(ev.TS), ev.SessionID, ev.Seq, ev.Op, ev.Phase)
 	if ev.Phase == events.PhaseFinish {
 		switch {
 		case ev.OK != nil && *ev.OK:

@@ -32,8 +32,8 @@ func TestEventsExportSDK(t *testing.T) {
 	if out := mustCLI(t, url, "", "sandbox", "read", id, "notes.txt"); out != "hello\n" {
 		t.Fatalf("read = %q, want %q", out, "hello\n")
 	}
-	if code, _, errs := cli(t, url, "", "sandbox", "read", id, "missing.txt"); code != 1 || !strings.HasPrefix(errs, "error: not_found: ") {
-		t.Fatalf("read of a missing file = exit %d, stderr %q; want 1 and not_found", code, errs)
+	if code, _, errs := cli(t, url, "", "sandbox", "read", id, "missing.txt"); code != exitFailure || !strings.HasPrefix(errs, "error: not_found: ") {
+		t.Fatalf("read of a missing file = exit %d, stderr %q; want 125 and not_found", code, errs)
 	}
 	mustCLI(t, url, "", "sandbox", "persist", id)
 	mustCLI(t, url, "", "sandbox", "stop", id)

@@ -3,15 +3,14 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"github.com/nats-io/nats.go/jetstream"
+	flag "github.com/spf13/pflag"
 
 	"github.com/paddock-dev/paddock/auditfeed"
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/events"
-	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -83,23 +82,6 @@ func defaultGlobals() globals {
 	}
 }
 
-// parseLeadingGlobals parses global flags given before the command
-// (engine --server URL sandbox ...), docker style, and returns them and the
-// remaining arguments.
-func parseLeadingGlobals(args []string) (globals, []string, error) {
-	g := defaultGlobals()
-	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // run prints the usage on -h and the error otherwise
-	g.flags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return g, nil, err
-		}
-		return g, nil, errcode.New(errcode.InvalidRequest, "%v", err)
-	}
-	return g, fs.Args(), nil
-}
-
 // register adds the global flags to a command's flag set, defaulting to
 // base (the environment and any flags given before the command).
 func (g *globals) register(fs *flag.FlagSet, base globals) {
@@ -127,8 +109,13 @@ func envOr(k, def string) string {
 
 // parseInterleaved parses flags that may stand before, between or after
 // positional arguments, docker style. Everything after a bare "--" is
-// returned as rest, unparsed.
+// returned as rest, unparsed. In a declaration pass (declareFlags) it
+// parses nothing and hands the flag set over.
 func parseInterleaved(fs *flag.FlagSet, args []string) (pos, rest []string, err error) {
+	if d, ok := fs.Output().(*declaration); ok {
+		d.fs = fs
+		return nil, nil, errDeclared
+	}
 	for i, a := range args {
 		if a == "--" {
 			rest = args[i+1:]
@@ -139,26 +126,20 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (pos, rest []string, err 
 			break
 		}
 	}
-	// The flag package prints the usage on every parse error; print it only
-	// when asked for (-h), so that an error is one "error: ..." line.
+	// Print the usage only when asked for (-h), so that an error is one
+	// "error: ..." line.
 	out := fs.Output()
 	var usage bytes.Buffer
 	fs.SetOutput(&usage)
 	defer fs.SetOutput(out)
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				_, _ = out.Write(usage.Bytes())
-				return nil, nil, err
-			}
-			return nil, nil, errcode.New(errcode.InvalidRequest, "%s: %v", fs.Name(), err)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, _ = out.Write(usage.Bytes())
+			return nil, nil, err
 		}
-		if fs.NArg() == 0 {
-			return pos, rest, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+		return nil, nil, errcode.New(errcode.InvalidRequest, "%s: %v", fs.Name(), err)
 	}
+	return fs.Args(), rest, nil
 }
 
 // kvFlag collects repeated K=V flags.

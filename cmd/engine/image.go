@@ -26,6 +26,7 @@ func imageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("image build-base", stderr)
 	tag := fs.String("tag", images.Base, "tag of the image")
 	busybox := fs.String("busybox", images.DefaultBusybox, "statically linked busybox binary to build from")
+	jsonOut := fs.Bool("json", false, "print {\"tag\": ...}")
 	pos, _, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
@@ -40,6 +41,9 @@ func imageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer cli.Close()
 	if err := images.BuildBase(ctx, cli, *tag, *busybox); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "")
+	}
+	if *jsonOut {
+		return printJSON(stdout, imageResult{Tag: *tag})
 	}
 	fmt.Fprintln(stdout, *tag)
 	return nil
@@ -58,6 +62,7 @@ func pythonImageCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&cfg.Mirror, "mirror", "http://deb.debian.org/debian", "Debian mirror")
 	fs.StringVar(&cfg.CacheDir, "cache-dir", "", "where the root file system tarball is kept (default: <user cache dir>/paddock)")
 	fs.StringVar(&cfg.Rootfs, "rootfs", "", "an existing debootstrap tree to pack instead of running debootstrap")
+	jsonOut := fs.Bool("json", false, "print {\"tag\": ...}")
 	pos, _, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -72,6 +77,9 @@ func pythonImageCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	defer cli.Close()
 	if err := images.BuildPython(ctx, cli, *tag, cfg); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "")
+	}
+	if *jsonOut {
+		return printJSON(stdout, imageResult{Tag: *tag})
 	}
 	fmt.Fprintln(stdout, *tag)
 	return nil

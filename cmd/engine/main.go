@@ -11,12 +11,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/paddock-dev/paddock/errcode"
 )
@@ -82,6 +83,8 @@ Usage:
                                                beyond the newest N (engine serve sweeps every --gc-interval, 1h,
                                                and unfinished puts every --orphan-grace)
   engine image build-base [--tag T]            build the sandbox base image (needs busybox-static)
+  engine image build-python [--tag T] [--suite S] [--mirror URL] [--cache-dir D] [--rootfs DIR]
+                                               build the sandbox image with Python and git (debootstrap)
   engine auth add|ls|rm|server-config|node-keys  identities and credentials (engine auth -h)
   engine cluster config --out DIR [--servers 3] [--host H] [--client-port 4222] [--route-port 6222]
                         [--tls] [--insecure]   a nats-server config per server of a cluster, with route
@@ -89,6 +92,11 @@ Usage:
   engine cluster wait [--replicas N] [--nodes N] [--timeout D]
                                                wait until the servers, streams and nodes are up
   engine nats-server -c FILE                   run a NATS server from a config file (SIGHUP reloads it)
+  engine config print [--config FILE] [--json] the effective settings of serve: value and source
+                                               (flag, env, file, default), secrets masked
+  engine version, engine --version             the engine's version and the command contract's
+  engine completion bash|zsh|fish|powershell   a shell completion script
+  engine help [COMMAND]                        this text, or a command's flags (also COMMAND --help)
 
 Global flags (before the command, or among a command's flags; not for serve):
   --server URL    NATS URL (env PADDOCK_URL, default nats://127.0.0.1:4222)
@@ -100,7 +108,21 @@ Global flags (before the command, or among a command's flags; not for serve):
 The readers (audit verify, replay, events tail|export, sandbox list|inspect) wait up to --wait
 (default 30s) for JetStream and the stream they read to be ready, then say what they waited for.
 
-Run "engine COMMAND -h" for a command's flags.
+Every command takes --json: one JSON object on stdout (JSON lines for the streams: events tail,
+sandbox exec --stream, sandbox proc read --follow). Human output gives times in RFC 3339, UTC.
+
+Exit codes:
+  0        success
+  1..123   sandbox exec, sandbox shell, proc read --follow: the command's own exit code
+           (128+N for a command killed by signal N); audit verify, node drain: 1 when they found failures
+  2        usage: an unknown command or flag, a bad argument (error: invalid_request: ...)
+  124      exec_timeout: the command ran out of its --timeout (as timeout(1))
+  125      Paddock's own failure: engine, server, transport, permission (error: <code>: ...)
+
+serve reads a configuration file (--config FILE, env PADDOCK_CONFIG; YAML, keys are the flag
+names) and the environment (PADDOCK_<FLAG>): flags > env > file > defaults. See docs/cli.md.
+
+Run "engine COMMAND --help" for a command's flags.
 `
 
 func main() {
@@ -116,58 +138,23 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
-// run executes one CLI invocation and returns the process exit code.
+// run executes one CLI invocation and returns the process exit code. It
+// builds the command tree anew for every call (no package state), so the
+// tests call it as main does.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	base, args, err := parseLeadingGlobals(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	if err != nil {
-		return report(err, stderr)
-	}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	switch args[0] {
-	case "serve":
-		err = serve(ctx, args[1:], stderr)
-	case "sandbox":
-		err = sandbox(ctx, base, args[1:], stdin, stdout, stderr)
-	case "events":
-		err = eventsCmd(ctx, base, args[1:], stdout, stderr)
-	case "image":
-		err = imageCmd(ctx, args[1:], stdout, stderr)
-	case "auth":
-		err = authCmd(args[1:], stdout, stderr)
-	case "cluster":
-		err = clusterCmd(ctx, base, args[1:], stdout, stderr)
-	case "nats-server":
-		err = natsServerCmd(ctx, args[1:], stderr)
-	case "status":
-		err = statusCmd(ctx, base, args[1:], stdout, stderr)
-	case "replay":
-		err = replayCmd(ctx, base, args[1:], stdout, stderr)
-	case "audit":
-		err = auditCmd(ctx, base, args[1:], stdout, stderr)
-	case "projector":
-		err = projectorCmd(ctx, base, args[1:], stdout, stderr)
-	case "node":
-		err = nodeCmd(ctx, base, args[1:], stdout, stderr)
-	case "snapshot":
-		err = snapshotCmd(ctx, base, args[1:], stdout, stderr)
-	case "gc":
-		err = gcCmd(ctx, base, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	default:
-		err = errcode.New(errcode.InvalidRequest, "unknown command %q (see engine help)", args[0])
+	root := newRoot(ctx, &args, streams{in: stdin, out: stdout, err: stderr})
+	// Twice: a one-dash global before the command (-server URL) hides the
+	// command from the first look.
+	args = normalizeArgs(root, normalizeArgs(root, args))
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var ran ranErr
+	var e *errcode.Error
+	switch {
+	case errors.As(err, &ran):
+		err = ran.err
+	case err != nil && !errors.As(err, &e):
+		err = usageErr("%v", err) // cobra's: an unknown flag or command
 	}
 	return report(err, stderr)
 }
@@ -196,13 +183,20 @@ func report(err error, stderr io.Writer) int {
 	case errcode.ExecTimeout:
 		return 124
 	}
-	return 1
+	return exitFailure
 }
 
+// exitFailure is the exit code of Paddock's own failures (the engine's,
+// the transport's, the server's): one a command rarely uses, as docker
+// run's 125, so that sandbox exec can pass its command's code through.
+const exitFailure = 125
+
 // newFlagSet returns a flag set that reports parse errors as
-// invalid_request instead of exiting.
+// invalid_request instead of exiting. A declaration pass (declareFlags)
+// passes its declaration as stderr.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SortFlags = false
 	fs.SetOutput(stderr)
 	return fs
 }

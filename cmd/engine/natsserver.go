@@ -25,8 +25,9 @@ import (
 // exit.
 func natsServerCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlagSet("nats-server", stderr)
-	file := fs.String("c", "", "the nats-server config file")
+	file := fs.StringP("config", "c", "", "the nats-server config file")
 	readyTimeout := fs.Duration("ready-timeout", 30*time.Second, "how long the server may take to accept connections")
+	jsonOut := fs.Bool("json", false, "log JSON lines {time, level, msg} on stderr")
 	pos, rest, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -45,7 +46,7 @@ func natsServerCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return errcode.Wrap(errcode.InvalidRequest, err, "config "+*file)
 	}
-	logs := &serverLog{w: stderr, fatal: make(chan string, 1)}
+	logs := &serverLog{w: stderr, fatal: make(chan string, 1), json: *jsonOut}
 	if opts.LogFile != "" || opts.Syslog || opts.RemoteSyslog != "" {
 		ns.ConfigureLogger() // where the config says
 	} else {
@@ -117,12 +118,17 @@ type serverLog struct {
 	mu    sync.Mutex
 	w     io.Writer
 	fatal chan string
+	json  bool // lines as JSON
 }
 
 func (l *serverLog) line(level, format string, v ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, "%s [%s] %s\n", time.Now().Format("2006/01/02 15:04:05.000000"), level, fmt.Sprintf(format, v...))
+	if l.json {
+		_ = printJSONLine(l.w, logLine{Time: formatTime(time.Now()), Level: level, Msg: fmt.Sprintf(format, v...)})
+		return
+	}
+	fmt.Fprintf(l.w, "%s [%s] %s\n", formatTime(time.Now()), level, fmt.Sprintf(format, v...))
 }
 
 // Noticef logs a notice.

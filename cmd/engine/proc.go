@@ -42,6 +42,7 @@ func sandboxProc(ctx context.Context, base globals, args []string, stdin io.Read
 		sig        string
 	)
 	want := [2]int{}
+	fs.BoolVar(&jsonOut, "json", false, "print the result as JSON (read --follow: JSON lines)")
 	switch sub {
 	case "start":
 		fs.BoolVar(&tty, "tty", false, "give the process a terminal")
@@ -50,7 +51,6 @@ func sandboxProc(ctx context.Context, base globals, args []string, stdin io.Read
 		fs.Var(env, "env", "environment variable K=V for this process (repeatable)")
 		fs.StringVar(&cwd, "cwd", "", "working directory, a workspace path")
 		fs.DurationVar(&yield, "yield", 0, "wait this long for output (printed with --json)")
-		fs.BoolVar(&jsonOut, "json", false, "print the whole result as JSON")
 		want = [2]int{1, 1}
 	case "write":
 		fs.DurationVar(&yield, "yield", 250*time.Millisecond, "then wait this long for output")
@@ -61,7 +61,6 @@ func sandboxProc(ctx context.Context, base globals, args []string, stdin io.Read
 		fs.BoolVar(&follow, "follow", false, "print output as it comes until the process exits, and exit with its code")
 		want = [2]int{2, 2}
 	case "list":
-		fs.BoolVar(&jsonOut, "json", false, "print the processes as JSON")
 		want = [2]int{1, 1}
 	case "kill":
 		fs.StringVar(&sig, "signal", "TERM", "signal: "+signalNames())
@@ -126,6 +125,9 @@ func sandboxProc(ctx context.Context, base globals, args []string, stdin io.Read
 		if err != nil {
 			return err
 		}
+		if jsonOut {
+			return printResultJSON(stdout, res, printJSON)
+		}
 		return printUpdate(stdout, stderr, res, false)
 	case "read":
 		for {
@@ -133,7 +135,15 @@ func sandboxProc(ctx context.Context, base globals, args []string, stdin io.Read
 			if err != nil {
 				return err
 			}
-			if err := printUpdate(stdout, stderr, res, follow); err != nil || !follow || !res.Running && res.PendingBytes == 0 {
+			print := func() error { return printUpdate(stdout, stderr, res, follow) }
+			if jsonOut {
+				enc := printJSON
+				if follow {
+					enc = printJSONLine
+				}
+				print = func() error { return printResultJSON(stdout, res, enc) }
+			}
+			if err := print(); err != nil || !follow || !res.Running && res.PendingBytes == 0 {
 				return err
 			}
 		}
@@ -152,18 +162,29 @@ func sandboxProc(ctx context.Context, base globals, args []string, stdin io.Read
 			if !p.Running {
 				state = fmt.Sprintf("%s %d", p.Reason, *p.ExitCode)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%v\t%d\t%s\t%s\n", p.ProcessID, state, p.TTY, p.PendingBytes, p.StartedAt, strings.Join(p.Argv, " "))
+			fmt.Fprintf(tw, "%d\t%s\t%v\t%d\t%s\t%s\n", p.ProcessID, state, p.TTY, p.PendingBytes, formatTimeText(p.StartedAt), strings.Join(p.Argv, " "))
 		}
 		return tw.Flush()
 	case "kill":
-		return c.ProcSignal(ctx, id, commands.ProcSignalArgs{ProcessID: pid, Signal: strings.TrimPrefix(strings.ToUpper(sig), "SIG")})
+		signal := strings.TrimPrefix(strings.ToUpper(sig), "SIG")
+		if err := c.ProcSignal(ctx, id, commands.ProcSignalArgs{ProcessID: pid, Signal: signal}); err != nil || !jsonOut {
+			return err
+		}
+		return printJSON(stdout, struct {
+			Session string `json:"session_id"`
+			PID     int64  `json:"process_id"`
+			Signal  string `json:"signal"`
+		}{id, pid, signal})
 	case "resize":
 		r, err1 := strconv.ParseUint(pos[2], 10, 16)
 		cl, err2 := strconv.ParseUint(pos[3], 10, 16)
 		if err1 != nil || err2 != nil {
 			return usageErr("rows and cols must be numbers up to 65535")
 		}
-		return c.ProcResize(ctx, id, commands.ProcResizeArgs{ProcessID: pid, Rows: uint16(r), Cols: uint16(cl)})
+		if err := c.ProcResize(ctx, id, commands.ProcResizeArgs{ProcessID: pid, Rows: uint16(r), Cols: uint16(cl)}); err != nil || !jsonOut {
+			return err
+		}
+		return printJSON(stdout, commands.ProcResizeArgs{ProcessID: pid, Rows: uint16(r), Cols: uint16(cl)})
 	}
 	return nil
 }
@@ -261,6 +282,7 @@ func sandboxShell(ctx context.Context, base globals, args []string, stdin io.Rea
 	g.register(fs, base)
 	env := kvFlag{}
 	var cwd string
+	jsonOut := fs.Bool("json", false, "the output as JSON lines, as proc read --follow --json (no terminal of yours)")
 	fs.Var(env, "env", "environment variable K=V (repeatable)")
 	fs.StringVar(&cwd, "cwd", "", "working directory, a workspace path")
 	pos, rest, err := parseInterleaved(fs, args)
@@ -281,7 +303,7 @@ func sandboxShell(ctx context.Context, base globals, args []string, stdin io.Rea
 	id := pos[0]
 
 	in, isTerm := stdin.(*os.File)
-	isTerm = isTerm && term.IsTerminal(int(in.Fd()))
+	isTerm = isTerm && term.IsTerminal(int(in.Fd())) && !*jsonOut
 	rows, cols := uint16(24), uint16(80)
 	if out, ok := stdout.(*os.File); ok && term.IsTerminal(int(out.Fd())) {
 		if w, h, err := term.GetSize(int(out.Fd())); err == nil && w > 0 && h > 0 {
@@ -294,7 +316,9 @@ func sandboxShell(ctx context.Context, base globals, args []string, stdin io.Rea
 		return err
 	}
 	pid := res.ProcessID
-	if first, err := procOutput(res); err == nil {
+	if *jsonOut {
+		_ = printResultJSON(stdout, res, printJSONLine)
+	} else if first, err := procOutput(res); err == nil {
 		_, _ = stdout.Write(first) // what the start's reply took (the prompt, often)
 	}
 	if isTerm {
@@ -372,23 +396,29 @@ func sandboxShell(ctx context.Context, base globals, args []string, stdin io.Rea
 			}
 		})
 	}
-	return shellOutput(sctx, c, id, pid, stdout)
+	return shellOutput(sctx, c, id, pid, stdout, *jsonOut)
 }
 
 // shellOutput copies a process's output to stdout until it exits, and
 // returns its exit code as the command's.
-func shellOutput(ctx context.Context, c *client.Client, id string, pid int64, stdout io.Writer) error {
+func shellOutput(ctx context.Context, c *client.Client, id string, pid int64, stdout io.Writer, jsonOut bool) error {
 	window := int64(5000)
 	for {
 		res, err := c.ProcRead(ctx, id, commands.ProcArgs{ProcessID: pid, YieldMS: &window, ReturnOnOutput: true})
 		if err != nil {
 			return err
 		}
-		out, err := procOutput(res)
-		if err != nil {
-			return err
+		if jsonOut {
+			if err := printResultJSON(stdout, res, printJSONLine); err != nil {
+				return err
+			}
+		} else {
+			out, err := procOutput(res)
+			if err != nil {
+				return err
+			}
+			_, _ = stdout.Write(out)
 		}
-		_, _ = stdout.Write(out)
 		if !res.Running && res.PendingBytes == 0 {
 			if *res.ExitCode != 0 {
 				return exitError{*res.ExitCode}
@@ -396,4 +426,17 @@ func shellOutput(ctx context.Context, c *client.Client, id string, pid int64, st
 			return nil
 		}
 	}
+}
+
+// printResultJSON prints a process's result with enc (one object, or a
+// JSON line when following) and, once it has exited, returns its exit
+// code as the command's, as printUpdate does.
+func printResultJSON(stdout io.Writer, res commands.ProcResult, enc func(io.Writer, any) error) error {
+	if err := enc(stdout, res); err != nil {
+		return err
+	}
+	if !res.Running && res.ExitCode != nil && *res.ExitCode != 0 {
+		return exitError{*res.ExitCode}
+	}
+	return nil
 }

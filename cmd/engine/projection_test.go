@@ -239,10 +239,10 @@ func TestListAfterRestart(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"sandbox", "inspect", "nope"}, 1, "error: session_not_found: "},
+		{[]string{"sandbox", "inspect", "nope"}, exitFailure, "error: session_not_found: "},
 		{[]string{"sandbox", "list", "--status", "weird"}, 2, "error: invalid_request: "},
 		{[]string{"replay", "--verify", "--at", "3"}, 2, "error: invalid_request: "},
-		{[]string{"replay", "--session", "nope"}, 1, "error: session_not_found: "},
+		{[]string{"replay", "--session", "nope"}, exitFailure, "error: session_not_found: "},
 		{[]string{"events", "tail", "--since", "whenever"}, 2, "error: invalid_request: "},
 	} {
 		code, _, errs := cli(t, url, "", tc.args...)

@@ -100,7 +100,7 @@ func projectorCmd(ctx context.Context, base globals, args []string, stdout, stde
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "PROJECTOR\tCHECKPOINT\tLAG\tUPDATED\n")
 	for _, s := range sts {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", s.Name, s.StreamSeq, s.Lag, s.UpdatedAt.Local().Format("2006-01-02 15:04:05"))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", s.Name, s.StreamSeq, s.Lag, formatTime(s.UpdatedAt))
 	}
 	fmt.Fprintf(tw, "(events stream last seq %d)\n", last)
 	return tw.Flush()

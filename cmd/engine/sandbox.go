@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -86,6 +87,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		idle      time.Duration
 		egress    egressFlags
 	)
+	fs.BoolVar(jsonOut, "json", false, "print the result as JSON (exec --stream: JSON lines)")
 	switch sub {
 	case "create":
 		fs.StringVar(&runtime, "runtime", "", "runtime: local or docker (default: the node's preferred)")
@@ -102,9 +104,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		fs.DurationVar(&idle, "idle-timeout", 0, "stop the session after this long with no operation and no running process (default: the operator's)")
 		fs.Var(&expose, "expose", "expose a port of the sandbox: engine sandbox port ID PORT gives its address (repeatable, or 8080,3000)")
 		egress.register(fs, "create")
-		fs.BoolVar(jsonOut, "json", false, "print the result as JSON")
 	case "port":
-		fs.BoolVar(jsonOut, "json", false, "print the result as JSON")
 	case "exec":
 		fs.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m)")
 		fs.Var(env, "env", "environment variable K=V for this command (repeatable)")
@@ -113,12 +113,11 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	case "write":
 		fs.UintVar(&mode, "mode", 0o644, "file mode")
 	case "ls":
-		fs.BoolVar(jsonOut, "json", false, "print entries as JSON")
 	case "rm":
-		fs.BoolVar(&recursive, "r", false, "remove directories and their contents")
-		fs.BoolVar(&force, "f", false, "a missing path is no error")
+		fs.BoolVarP(&recursive, "recursive", "r", false, "remove directories and their contents")
+		fs.BoolVarP(&force, "force", "f", false, "a missing path is no error")
 	case "mkdir":
-		fs.BoolVar(&parents, "p", false, "make parent directories as needed; no error if it exists")
+		fs.BoolVarP(&parents, "parents", "p", false, "make parent directories as needed; no error if it exists")
 	case "read", "running", "start", "stop", "shutdown", "delete":
 	default:
 		return usageErr("unknown sandbox command %q (see engine help)", sub)
@@ -187,8 +186,12 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 			return usageErr("sandbox exec needs a command after --")
 		}
 		args := commands.ExecArgs{Argv: rest, TimeoutMS: timeout.Milliseconds(), Env: env, Cwd: cwd}
-		if stream || isTerminal(stdout) {
+		if stream || isTerminal(stdout) && !*jsonOut {
 			res, err := c.ExecStream(ctx, pos[0], args, func(e bool, p []byte) {
+				if *jsonOut {
+					_ = printJSONLine(stdout, outputChunk(e, p))
+					return
+				}
 				if e {
 					_, _ = stderr.Write(p)
 				} else {
@@ -198,6 +201,11 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 			if err != nil {
 				return err
 			}
+			if *jsonOut {
+				if err := printJSONLine(stdout, res); err != nil {
+					return err
+				}
+			}
 			if res.ExitCode != 0 {
 				return exitError{res.ExitCode}
 			}
@@ -206,6 +214,15 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		res, err := c.Exec(ctx, pos[0], args)
 		if err != nil {
 			return err
+		}
+		if *jsonOut {
+			if err := printJSON(stdout, res); err != nil {
+				return err
+			}
+			if res.ExitCode != 0 {
+				return exitError{res.ExitCode}
+			}
+			return nil
 		}
 		out, err := res.StdoutBytesKept()
 		if err != nil {
@@ -228,11 +245,27 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		// Content streams: over the inline limit it goes through the
 		// workspace bucket in chunks.
 		pr := startProgress(stderr, "write "+pos[1], true)
-		_, err := c.WriteFrom(ctx, pos[0], pos[1], pr.Reader(stdin), fs0(mode))
+		res, err := c.WriteFrom(ctx, pos[0], pos[1], pr.Reader(stdin), fs0(mode))
 		pr.done()
-		return err
+		if err != nil || !*jsonOut {
+			return err
+		}
+		return printJSON(stdout, struct {
+			Session string `json:"session_id"`
+			Path    string `json:"path"`
+			commands.WriteResult
+		}{pos[0], pos[1], res})
 	case "read":
 		pr := startProgress(stderr, "read "+pos[1], true)
+		if *jsonOut {
+			var b bytes.Buffer
+			n, err := c.ReadTo(ctx, pos[0], pos[1], pr.Writer(&b))
+			pr.done()
+			if err != nil {
+				return err
+			}
+			return printJSON(stdout, readResult{Session: pos[0], Path: pos[1], Bytes: n, Content: b.Bytes()})
+		}
 		_, err := c.ReadTo(ctx, pos[0], pos[1], pr.Writer(stdout))
 		pr.done()
 		return err
@@ -250,13 +283,19 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		for _, e := range entries {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", modeString(e), e.Size, e.ModTime.Local().Format("2006-01-02 15:04"), e.Name)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", modeString(e), e.Size, formatTime(e.ModTime), e.Name)
 		}
 		return tw.Flush()
 	case "rm":
-		return c.Remove(ctx, pos[0], pos[1], recursive, force)
+		if err := c.Remove(ctx, pos[0], pos[1], recursive, force); err != nil || !*jsonOut {
+			return err
+		}
+		return printJSON(stdout, pathResult{Session: pos[0], Path: pos[1], Status: "removed"})
 	case "mkdir":
-		return c.Mkdir(ctx, pos[0], pos[1], parents)
+		if err := c.Mkdir(ctx, pos[0], pos[1], parents); err != nil || !*jsonOut {
+			return err
+		}
+		return printJSON(stdout, pathResult{Session: pos[0], Path: pos[1], Status: "created"})
 	case "port":
 		port, err := strconv.Atoi(pos[1])
 		if err != nil || port < 1 || port > 65535 {
@@ -276,11 +315,20 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		if err != nil {
 			return err
 		}
+		if *jsonOut {
+			return printJSON(stdout, struct {
+				Session string `json:"session_id"`
+				Running bool   `json:"running"`
+			}{pos[0], ok})
+		}
 		fmt.Fprintln(stdout, ok)
 		return nil
 	default: // start, stop, shutdown, delete
 		if err := c.Do(ctx, pos[0], commands.Op(sub), nil, nil); err != nil {
 			return err
+		}
+		if *jsonOut {
+			return printJSON(stdout, statusResult{Session: pos[0], Status: doneStatus[sub]})
 		}
 		fmt.Fprintln(stdout, pos[0])
 		return nil

@@ -126,7 +126,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	policy := policyflags.Register(fs)
 	cfg.docker = runtimes.RegisterDockerFlags(fs)
 	traces := tracingflags.Register(fs)
+	jsonLog := fs.Bool("json", false, "log JSON lines on stderr (log/slog's JSON handler)")
+	configFile := configFlag(fs)
 	if _, _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	if _, err := applyConfig(fs, *configFile); err != nil {
 		return err
 	}
 	met, err := metricsFlags.Open()
@@ -190,7 +195,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.natsDebug || cfg.natsTrace {
 		level = slog.LevelDebug
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	if *jsonLog {
+		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
+	}
+	logger := slog.New(handler)
 	brokerCfg.Logger, brokerCfg.Debug, brokerCfg.Trace = logger, cfg.natsDebug, cfg.natsTrace
 
 	// clientURL is where clients reach the NATS server the engine uses;

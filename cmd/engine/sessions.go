@@ -176,5 +176,5 @@ func timeOrDash(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.Local().Format("2006-01-02 15:04:05")
+	return formatTime(t)
 }

@@ -36,10 +36,8 @@ func snapshotCmd(ctx context.Context, base globals, args []string, stdout, stder
 	fs := newFlagSet("snapshot "+sub, stderr)
 	g.register(fs, base)
 	allTenants := fs.Bool("all-tenants", false, "every tenant's snapshots; --tenant is ignored")
-	jsonOut, all, deleted := new(bool), new(bool), new(bool)
-	if sub == "ls" {
-		jsonOut = fs.Bool("json", false, "print JSON")
-	} else {
+	jsonOut, all, deleted := fs.Bool("json", false, "print JSON"), new(bool), new(bool)
+	if sub != "ls" {
 		all = fs.Bool("all", false, "every snapshot of the session")
 		deleted = fs.Bool("deleted", false, "the snapshots of every session the projection lists as deleted")
 	}
@@ -107,13 +105,13 @@ func snapshotCmd(ctx context.Context, base globals, args []string, stdout, stder
 		fmt.Fprintf(tw, "(%d snapshots, %d bytes)\n", len(snaps), total)
 		return tw.Flush()
 	case *deleted:
-		return removeDeleted(ctx, js, store, g.tenant, *allTenants, stdout)
+		return removeDeleted(ctx, js, store, g.tenant, *allTenants, stdout, *jsonOut)
 	case *all:
 		snaps, err := store.Snapshots(ctx, prefix)
 		if err != nil {
 			return err
 		}
-		return removeSnapshots(ctx, store, snaps, stdout)
+		return removeSnapshots(ctx, store, snaps, stdout, *jsonOut)
 	}
 	var n int
 	for _, id := range pos[1:] {
@@ -122,12 +120,15 @@ func snapshotCmd(ctx context.Context, base globals, args []string, stdout, stder
 		}
 		n++
 	}
+	if *jsonOut {
+		return printJSON(stdout, deletedSnapshots{Deleted: n})
+	}
 	fmt.Fprintf(stdout, "deleted %d snapshots\n", n)
 	return nil
 }
 
 // removeSnapshots deletes snaps and says how much it freed.
-func removeSnapshots(ctx context.Context, store *objectstore.Store, snaps []objectstore.Snapshot, stdout io.Writer) error {
+func removeSnapshots(ctx context.Context, store *objectstore.Store, snaps []objectstore.Snapshot, stdout io.Writer, jsonOut bool) error {
 	var freed int64
 	for i, s := range snaps {
 		tenant, session, id, _ := objectstore.ParseSnapshotName(s.Name)
@@ -136,13 +137,16 @@ func removeSnapshots(ctx context.Context, store *objectstore.Store, snaps []obje
 		}
 		freed += s.Size
 	}
+	if jsonOut {
+		return printJSON(stdout, deletedSnapshots{Deleted: len(snaps), Bytes: &freed})
+	}
 	fmt.Fprintf(stdout, "deleted %d snapshots, %d bytes\n", len(snaps), freed)
 	return nil
 }
 
 // removeDeleted deletes the snapshots of the sessions the projection
 // lists as deleted: of tenant, or of every tenant.
-func removeDeleted(ctx context.Context, js jetstream.JetStream, store *objectstore.Store, tenant string, allTenants bool, stdout io.Writer) error {
+func removeDeleted(ctx context.Context, js jetstream.JetStream, store *objectstore.Store, tenant string, allTenants bool, stdout io.Writer, jsonOut bool) error {
 	ss, err := projector.OpenSessions(ctx, js)
 	if err != nil {
 		return err
@@ -166,7 +170,7 @@ func removeDeleted(ctx context.Context, js jetstream.JetStream, store *objectsto
 		}
 		snaps = append(snaps, s...)
 	}
-	return removeSnapshots(ctx, store, snaps, stdout)
+	return removeSnapshots(ctx, store, snaps, stdout, jsonOut)
 }
 
 // openWorkspaces dials JetStream with g's credentials, which must be the

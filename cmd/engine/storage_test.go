@@ -43,7 +43,7 @@ func persistUntilFull(t *testing.T, url, id string) int {
 		if code == 0 {
 			continue
 		}
-		if code != 1 || !strings.HasPrefix(errs, "error: storage_quota_exceeded: ") || !strings.Contains(errs, "sbx_workspaces") || !strings.Contains(errs, "engine snapshot rm") {
+		if code != exitFailure || !strings.HasPrefix(errs, "error: storage_quota_exceeded: ") || !strings.Contains(errs, "sbx_workspaces") || !strings.Contains(errs, "engine snapshot rm") {
 			t.Fatalf("persist %d: exit %d, %q; want storage_quota_exceeded naming the bucket and engine snapshot rm", n+1, code, errs)
 		}
 		return n
@@ -101,7 +101,7 @@ func TestServeStorage(t *testing.T) {
 	// Local sessions do not outlive their node: a new one.
 	b := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create"))
 	mustCLI(t, url, "", "sandbox", "exec", b, "--", "sh", "-c", "head -c 4194304 /dev/urandom > big")
-	if code, _, errs := cli(t, url, "", "sandbox", "persist", b); code != 1 || !strings.Contains(errs, "storage_quota_exceeded") {
+	if code, _, errs := cli(t, url, "", "sandbox", "persist", b); code != exitFailure || !strings.Contains(errs, "storage_quota_exceeded") {
 		t.Fatalf("persist into the full bucket: exit %d, %q", code, errs)
 	}
 	for i := range 3 {

@@ -1,8 +1,9 @@
 package main
 
 import (
-	"flag"
 	"time"
+
+	flag "github.com/spf13/pflag"
 )
 
 // defaultWait is how long the CLI's readers wait for JetStream and the

@@ -70,7 +70,7 @@ func TestReadersAfterServerReturns(t *testing.T) {
 	other := (leader + 1) % 3
 	c.Stop(leader)
 	c.Stop(other)
-	if code, _, errs := cli(t, c.URL(), "", "audit", "verify", "--wait", "0s"); code != 1 || !strings.Contains(errs, "unavailable") {
+	if code, _, errs := cli(t, c.URL(), "", "audit", "verify", "--wait", "0s"); code != exitFailure || !strings.Contains(errs, "unavailable") {
 		t.Fatalf("audit verify --wait 0s with no quorum: exit %d, %q; want unavailable", code, errs)
 	}
 	type result struct {
@@ -107,7 +107,7 @@ func TestReadersGiveUp(t *testing.T) {
 	// No projection bucket yet: sandbox list fails at once.
 	start := time.Now()
 	code, _, errs := cli(t, url, "", "sandbox", "list", "--wait", "30s")
-	if code != 1 || !strings.Contains(errs, "no sessions projection") || time.Since(start) > 5*time.Second {
+	if code != exitFailure || !strings.Contains(errs, "no sessions projection") || time.Since(start) > 5*time.Second {
 		t.Fatalf("sandbox list without its bucket: exit %d after %s, %q; want unavailable at once", code, time.Since(start), errs)
 	}
 
@@ -123,7 +123,7 @@ func TestReadersGiveUp(t *testing.T) {
 		start := time.Now()
 		code, _, errs := cli(t, c.URL(), "", append(args, "--wait", wait.String())...)
 		took := time.Since(start)
-		if code != 1 || !strings.HasPrefix(errs, "error: unavailable: the events stream SBX_EVENTS ") || !strings.Contains(errs, "for 2s") {
+		if code != exitFailure || !strings.HasPrefix(errs, "error: unavailable: the events stream SBX_EVENTS ") || !strings.Contains(errs, "for 2s") {
 			t.Errorf("engine %s with no quorum: exit %d, %q; want unavailable saying what it waited for", strings.Join(args, " "), code, errs)
 		}
 		if took < wait || took > wait+3*time.Second {

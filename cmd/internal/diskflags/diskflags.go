@@ -6,12 +6,13 @@ package diskflags
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 	"github.com/paddock-dev/paddock/cmd/internal/runtimes"

@@ -1,9 +1,10 @@
 package diskflags
 
 import (
-	"flag"
 	"io"
 	"testing"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/storage"

@@ -5,9 +5,9 @@
 package metricsflags
 
 import (
-	"flag"
 	"log/slog"
 
+	flag "github.com/spf13/pflag"
 	"go.uber.org/fx"
 
 	"github.com/paddock-dev/paddock/errcode"

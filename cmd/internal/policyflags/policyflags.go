@@ -6,9 +6,10 @@
 package policyflags
 
 import (
-	"flag"
 	"fmt"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 

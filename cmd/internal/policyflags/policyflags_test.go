@@ -1,9 +1,10 @@
 package policyflags
 
 import (
-	"flag"
 	"io"
 	"testing"
+
+	flag "github.com/spf13/pflag"
 )
 
 func TestPolicyFlags(t *testing.T) {

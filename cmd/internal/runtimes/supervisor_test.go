@@ -1,13 +1,14 @@
 package runtimes
 
 import (
-	"flag"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/testenv"

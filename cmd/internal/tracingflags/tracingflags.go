@@ -6,9 +6,9 @@ package tracingflags
 
 import (
 	"context"
-	"flag"
 	"os"
 
+	flag "github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 
