@@ -1,3 +1,16 @@
+// Package egress holds a sandbox's outbound network policy and the proxy
+// that enforces it from outside the sandbox (the policy's modes and the
+// parsing of its allow list are in egress/allowlist, which the wire
+// contract imports without a network stack).
+//
+// A sandbox with the allow policy has no network interface but its
+// loopback; the node listens on that loopback (in the sandbox's network
+// namespace) and the sandbox's programs reach the world only through that
+// listener, an HTTP proxy (CONNECT for any TCP, absolute-form requests for
+// plain HTTP). The proxy decides each connection against the policy's
+// rules and a set of destinations no rule can open (the node's own
+// addresses, cloud metadata, other sandboxes), resolves only names a rule
+// allows, and reports every decision to its caller, which records it.
 package egress
 
 import (
