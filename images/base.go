@@ -58,7 +58,7 @@ func BuildBase(ctx context.Context, cli *client.Client, tag, busybox string) err
 		return fmt.Errorf("base image: import: %w", err)
 	}
 	defer rc.Close()
-	if err := progressErr(rc); err != nil {
+	if err := ProgressErr(rc); err != nil {
 		return fmt.Errorf("base image: import: %w", err)
 	}
 	return nil
@@ -155,10 +155,10 @@ func EnsureBase(ctx context.Context, cli *client.Client, tag, busybox string) (b
 	return true, nil
 }
 
-// progressErr reads the daemon's JSON progress stream of an import to its
-// end and returns the failure it reports inside it, if any (the call
-// itself succeeds either way).
-func progressErr(r io.Reader) error {
+// ProgressErr reads the Docker daemon's JSON progress stream of an image
+// import or pull to its end and returns the failure it reports inside it,
+// if any (the call itself succeeds either way).
+func ProgressErr(r io.Reader) error {
 	dec := json.NewDecoder(r)
 	for {
 		var msg struct {

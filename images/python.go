@@ -89,7 +89,7 @@ func BuildPython(ctx context.Context, cli *client.Client, tag string, cfg Python
 		return fmt.Errorf("python image: import: %w", err)
 	}
 	defer rc.Close()
-	if err := progressErr(rc); err != nil {
+	if err := ProgressErr(rc); err != nil {
 		return fmt.Errorf("python image: import: %w", err)
 	}
 	return nil

@@ -2,9 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"io"
 
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/errdefs"
@@ -49,25 +46,5 @@ func (r *Runtime) pull(ctx context.Context, ref string) error {
 		return err
 	}
 	defer rc.Close()
-	return progressErr(rc)
-}
-
-// progressErr reads the daemon's JSON progress stream of a pull to its
-// end and returns the failure it reports inside it, if any
-// (the call itself succeeds either way).
-func progressErr(r io.Reader) error {
-	dec := json.NewDecoder(r)
-	for {
-		var msg struct {
-			Error string `json:"error"`
-		}
-		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if msg.Error != "" {
-			return errors.New(msg.Error)
-		}
-	}
+	return images.ProgressErr(rc)
 }
