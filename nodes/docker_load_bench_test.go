@@ -2,6 +2,7 @@ package nodes_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,13 +21,12 @@ import (
 // waitPool waits, with a deadline, until rt's pool of image holds n.
 func waitPool(b *testing.B, rt *docker.Runtime, image string, n int) {
 	b.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for rt.PoolFree()[image] < n {
-		if time.Now().After(deadline) {
-			b.Fatalf("the pool of %s did not fill to %d", image, n)
+	testenv.Eventually(b, 2*time.Minute, func() error {
+		if free := rt.PoolFree()[image]; free < n {
+			return fmt.Errorf("the pool of %s holds %d, want %d", image, free, n)
 		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
+		return nil
+	})
 }
 
 // BenchmarkDockerPoolCreate compares, alternating in one run, a create

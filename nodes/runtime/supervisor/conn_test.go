@@ -614,7 +614,9 @@ func TestConnPeerHangsUp(t *testing.T) {
 	}
 }
 
-// eventually waits for cond, polling, up to wait.
+// eventually waits for cond, polling, up to wait (testenv.Eventually's
+// twin: this package's own tests cannot import testenv, which imports the
+// node and so this package).
 func eventually(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(wait)
