@@ -8,14 +8,16 @@
 package flagconfig
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/env/v2"
-	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 	flag "github.com/spf13/pflag"
 )
@@ -103,10 +105,55 @@ func loadFile(path string) (*koanf.Koanf, error) {
 	if path == "" {
 		return k, nil
 	}
-	if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+	b, err := readFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := k.Load(fileBytes(b), yaml.Parser()); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return k, nil
+}
+
+// MaxFileBytes bounds a configuration file: settings are a few kilobytes,
+// and a path that names something endless (/dev/zero, a FIFO nobody
+// writes to) must be an error, not a process that fills its memory or
+// waits for ever.
+const MaxFileBytes = 1 << 20
+
+// readFile reads a regular file of at most MaxFileBytes.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxFileBytes {
+		return nil, fmt.Errorf("larger than %d bytes", MaxFileBytes)
+	}
+	return b, nil
+}
+
+// fileBytes is a koanf provider of a file already read.
+type fileBytes []byte
+
+// ReadBytes returns the file's bytes, for a parser.
+func (b fileBytes) ReadBytes() ([]byte, error) { return b, nil }
+
+// Read is not supported: the bytes need a parser.
+func (fileBytes) Read() (map[string]any, error) {
+	return nil, errors.New("flagconfig: file bytes need a parser")
 }
 
 // loadEnv reads the variables of the prefix that name a flag of fs, and

@@ -95,6 +95,22 @@ func TestErrors(t *testing.T) {
 			t.Errorf("file %q: %v; want an error naming %q", body, err, want)
 		}
 	}
+	// Paths that are no settings file: endless, a directory, too large,
+	// missing. Each is an error at once (no hang, no memory filled).
+	big := writeFile(t, "listen: x\n"+strings.Repeat("#", MaxFileBytes)+"\n")
+	for path, want := range map[string]string{
+		"/dev/zero":                             "not a regular file",
+		t.TempDir():                             "not a regular file",
+		big:                                     "larger than",
+		filepath.Join(t.TempDir(), "none.yaml"): "no such file",
+	} {
+		fs, _, _, _ := flags()
+		_, err := Apply(fs, Config{File: path, Skip: []string{"config"}, Environ: func() []string { return nil }})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("file %s: %v; want an error naming %q", path, err, want)
+		}
+	}
+
 	fs, _, _, _ := flags()
 	if _, err := Apply(fs, Config{Prefix: "P_", Environ: func() []string { return []string{"P_REPLICAS=x"} }}); err == nil || !strings.Contains(err.Error(), "P_REPLICAS") {
 		t.Errorf("bad env value: %v; want an error naming P_REPLICAS", err)
