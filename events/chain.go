@@ -65,6 +65,12 @@ type ChainConfig struct {
 	// Logger receives the events the chain takes up or chains past
 	// (default: none).
 	Logger *slog.Logger
+	// ConflictsStand makes every refusal of an append the caller's to
+	// handle: the chain neither takes up an event it finds at the end as
+	// its own nor chains past one. An engine writes so: several engines
+	// share one identity and key, so an event "of this writer" may be
+	// another engine's, and the engine reads the history again instead.
+	ConflictsStand bool
 }
 
 // DefaultAppendAttempt bounds one attempt of an append: a leader that went
@@ -169,7 +175,7 @@ func (c *Chain) Append(ctx context.Context, ev *Event) error {
 	var seq uint64
 	for skipped := 0; ; skipped++ {
 		seq, err = c.appendRetrying(ctx, ev, data)
-		if err == nil || errcode.Of(err) != errcode.ConcurrencyConflict || skipped == maxForged {
+		if err == nil || errcode.Of(err) != errcode.ConcurrencyConflict || skipped == maxForged || c.cfg.ConflictsStand {
 			break
 		}
 		// Someone else appended to the session. Another writer's signed

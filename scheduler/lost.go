@@ -423,7 +423,11 @@ func createOf(evs []events.Event) (events.CreateStart, bool) {
 // appends with a concurrency conflict (*events.TakenOverError), and the
 // caller reads the history again.
 func (s *Scheduler) chain(tenant, id string, tail events.Tail) *events.Chain {
-	return events.NewChain(s.log, tenant, id, s.cfg.Name, tail.Position(), events.ChainConfig{Logger: s.logger})
+	// Engines share their identity: a conflict is read again by the
+	// caller, never taken up as the engine's own (ConflictsStand); and
+	// one attempt is bounded by ctx alone, so that an append the leader
+	// is slow to confirm is not given up on while it may still land.
+	return events.NewChain(s.log, tenant, id, s.cfg.Name, tail.Position(), events.ChainConfig{Logger: s.logger, ConflictsStand: true, Attempt: time.Hour})
 }
 
 // autoResume resumes a session lost at l.epoch on a node that is up, in
