@@ -269,6 +269,10 @@ type Placement struct {
 	Tenant    string     `json:"tenant"`
 	SessionID string     `json:"session_id"`
 	Spec      CreateArgs `json:"spec"`
+	// Parent is set only by the scheduler's fork: the child's workspace
+	// is the parent's snapshot, and its create records where it came
+	// from. A tenant's create never carries it.
+	Parent *Parent `json:"parent,omitempty"`
 }
 
 // CreateResult answers create.

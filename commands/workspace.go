@@ -19,6 +19,9 @@ type Snapshot struct {
 	Members      int    `json:"members"`
 	Bytes        int64  `json:"bytes"` // sum of the regular members' sizes
 	Format       string `json:"format"`
+	// RootSHA256 is the root digest of a manifest snapshot (format
+	// "manifest", see package snapshot); empty for a tar.
+	RootSHA256 string `json:"root_sha256,omitempty"`
 	// Seq is the session event seq of the operation that made it (the
 	// start of its persist or stop).
 	Seq     uint64    `json:"seq,omitempty"`
