@@ -1,4 +1,4 @@
-package events
+package commands
 
 // MaxChangedPaths bounds the paths a Changes lists.
 const MaxChangedPaths = 32
@@ -13,7 +13,7 @@ const (
 	ObservedWatch = "watch"
 )
 
-// Changes is what an op changed in the workspace, in the finish event of
+// Changes is what an op changed in the workspace: events record it in the finish data of
 // every op that can change it (exec, proc exit, write, rm, mkdir,
 // hydrate).
 type Changes struct {
