@@ -33,7 +33,7 @@ const (
 
 // SessionOps lists the ops served on a session subject.
 var SessionOps = []Op{OpStart, OpExec, OpRead, OpWrite, OpLs, OpRm, OpMkdir, OpRunning, OpStop, OpShutdown, OpDelete, OpPersist, OpHydrate, OpResume,
-	OpProcStart, OpProcWrite, OpProcRead, OpProcResize, OpProcSignal, OpProcList, OpExecRead, OpPort}
+	OpProcStart, OpProcWrite, OpProcRead, OpProcResize, OpProcSignal, OpProcList, OpExecRead, OpPort, OpFork}
 
 // RecordedOps are the ops that appear in sessions' histories but are
 // never sent: the node records proc_exit, the engine node_lost.
@@ -73,6 +73,7 @@ func Specs() []Spec {
 		{OpLookup, OnTenant, LookupArgs{}, LookupResult{}, "why a session does not answer: its status and node, or session_not_found"},
 		{OpResume, OnTenant, ResumeRequest{}, ResumeResult{}, "resume a session no node serves, on a node the scheduler picks"},
 		{OpDelete, OnTenant, DeleteRequest{}, StatusResult{}, "delete a session no node serves (lost, or shut down on a node that is gone); the engine records it"},
+		{OpFork, OnTenant, ForkRequest{}, ForkResult{}, "fork a running or stopped session into n children with its workspace at a recorded point"},
 		{OpExec, OnSession, ExecArgs{}, ExecResult{}, "run a command to completion"},
 		{OpRead, OnSession, ReadArgs{}, ReadResult{}, "read a whole file"},
 		{OpWrite, OnSession, WriteArgs{}, WriteResult{}, "write a whole file, making missing parents"},
@@ -95,5 +96,6 @@ func Specs() []Spec {
 		{OpProcList, OnSession, nil, ProcListResult{}, "the session's processes, running and exited"},
 		{OpExecRead, OnSession, ExecReadArgs{}, ExecReadResult{}, "the output of a streaming exec while it runs"},
 		{OpPort, OnSession, PortArgs{}, PortResult{}, "an address on the node that reaches an exposed port of the running sandbox"},
+		{OpFork, OnSession, ForkArgs{}, ForkPoint{}, "record a fork of the session (sent by the scheduler only): the snapshot its children start from, persisted first unless named"},
 	}
 }

@@ -69,6 +69,14 @@ func (s Subjects) Delete(tenant string) string {
 	return s.prefix() + ".cmd." + tenant + ".delete"
 }
 
+// Fork is the subject the scheduler serves for tenant's forks.
+func (s Subjects) Fork(tenant string) string {
+	return s.prefix() + ".cmd." + tenant + ".fork"
+}
+
+// ForkAll matches every tenant's fork subject.
+func (s Subjects) ForkAll() string { return s.prefix() + ".cmd.*.fork" }
+
 // DeleteAll matches every tenant's delete subject.
 func (s Subjects) DeleteAll() string { return s.prefix() + ".cmd.*.delete" }
 

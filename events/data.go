@@ -53,6 +53,10 @@ type CreateStart struct {
 	// IdleTimeoutS (1.3) is the session's idle timeout as the node set it
 	// (the create's, or the operator's default; 0: none).
 	IdleTimeoutS int64 `json:"idle_timeout_s,omitempty"`
+	// Parent (issue 25) is where a forked session came from: the parent's
+	// snapshot its workspace was restored from. Only the scheduler's fork
+	// places a create with one; a tenant's create never carries it.
+	Parent *commands.Parent `json:"parent,omitempty"`
 }
 
 // ManifestRecord is a manifest entry as the create event records it:
@@ -525,6 +529,11 @@ func NewData(op string, phase Phase) any {
 			return new(EgressStart)
 		}
 		return new(EgressFinish)
+	case commands.OpFork:
+		if start {
+			return new(ForkStart)
+		}
+		return new(ForkFinish)
 	}
 	return nil
 }

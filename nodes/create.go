@@ -57,6 +57,14 @@ func validatePlacement(p *commands.Placement) error {
 	if err := checkSessionIDs(p.Tenant, p.SessionID); err != nil {
 		return err
 	}
+	if p.Parent != nil {
+		if err := commands.CheckToken("parent session_id", p.Parent.SessionID); err != nil {
+			return err
+		}
+		if err := commands.CheckToken("parent snapshot", p.Parent.Snapshot); err != nil {
+			return err
+		}
+	}
 	return p.Spec.Validate()
 }
 
@@ -109,6 +117,7 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 		spec.Image = commands.DefaultImage // recorded as the image the session runs
 	}
 	cs := createRecord(spec, rtName)
+	cs.Parent = p.Parent
 	cs.IdleTimeoutS = int64((a.cfg.Policy.idleTimeout(spec.IdleTimeoutS) + time.Second - 1) / time.Second) // whole seconds, up
 	if d := a.cfg.Policy.lifetime(spec.LifetimeS); d > 0 {
 		t := time.Now().UTC().Add(d)
@@ -146,6 +155,12 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 		if err := materialise(ctx, sb, spec.Manifest); err != nil {
 			_ = sb.Shutdown(context.WithoutCancel(ctx))
 			return outcome{}, err
+		}
+		if p.Parent != nil {
+			if err := a.restoreParent(ctx, s, sb, *p.Parent); err != nil {
+				_ = sb.Shutdown(context.WithoutCancel(ctx))
+				return outcome{}, err
+			}
 		}
 		if err := a.openEgress(ctx, s, sb); err != nil {
 			_ = sb.Shutdown(context.WithoutCancel(ctx))

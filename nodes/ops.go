@@ -67,6 +67,7 @@ func sessionOps() map[commands.Op]opDef {
 		def[none](commands.OpProcList, nil, runProcList),
 		def(commands.OpExecRead, execReadStart, runExecRead),
 		def(commands.OpPort, portStart, runPort),
+		def(commands.OpFork, forkStart, runFork),
 	} {
 		m[d.op] = d
 	}

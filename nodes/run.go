@@ -53,6 +53,11 @@ func (a *Agent) serve(ctx context.Context, m *nats.Msg, s *session, d opDef) {
 	if err == nil {
 		req.Actor, err = caller.Authorize(s.tenant, req.Actor)
 	}
+	if err == nil && d.op == commands.OpFork {
+		// Only the scheduler records a fork: it places the children the
+		// fork names.
+		err = caller.Operator()
+	}
 	if err != nil {
 		a.respond(m, a.refuse(ctx, s, req, d.op, caller, err))
 		return

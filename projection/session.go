@@ -51,6 +51,12 @@ type Session struct {
 	LastSnapshot *Snapshot `json:"last_snapshot,omitempty"`
 	// LastError is the newest failed operation, nil when none failed.
 	LastError *OpError `json:"last_error,omitempty"`
+	// Parent (issue 25) is where a forked session came from (its create
+	// start's parent); nil for a session that was created, not forked.
+	Parent *commands.Parent `json:"parent,omitempty"`
+	// Children (issue 25) are the sessions forked from this one, in the
+	// order its fork finishes listed them.
+	Children []string `json:"children,omitempty"`
 	// InFlight maps the span id of each started, unfinished operation to
 	// the operation.
 	InFlight map[string]Op `json:"in_flight,omitempty"`
@@ -115,13 +121,15 @@ func (e *Error) Unwrap() error { return e.Kind }
 // finishData is the part of a finish event's data the projection reads,
 // by the field names of the events package's data types: a runtime's
 // sandbox id (events.StatusFinish, events.ResumeFinish), a snapshot
-// (events.SnapshotFinish), a new placement (events.ResumeFinish). One
+// (events.SnapshotFinish, events.ForkFinish), a new placement
+// (events.ResumeFinish), a fork's children (events.ForkFinish). One
 // decode serves every op.
 type finishData struct {
 	ContainerID string             `json:"container_id"`
 	Snapshot    *commands.Snapshot `json:"snapshot"`
 	Node        string             `json:"node"`
 	Epoch       uint64             `json:"epoch"`
+	Children    []string           `json:"children"`
 }
 
 // Apply returns s with ev applied. A zero s is a session with no events.
@@ -159,6 +167,7 @@ func Apply(s Session, ev events.Event) (Session, error) {
 			next.Tenant, next.ID, next.Node = ev.Tenant, ev.SessionID, ev.Node
 			next.Runtime, next.Image, next.Labels, next.NodeLabels, next.Epoch = d.Runtime, d.Image, d.Labels, d.NodeLabels, d.Epoch
 			next.Status, next.CreatedAt = StatusCreating, ev.TS
+			next.Parent = d.Parent
 		}
 	case events.PhaseFinish:
 		op, ok := next.InFlight[ev.SpanID]
@@ -179,6 +188,9 @@ func Apply(s Session, ev events.Event) (Session, error) {
 			}
 			if sn := d.Snapshot; sn != nil && sn.Name != "" {
 				next.LastSnapshot = &Snapshot{ID: sn.ID, Name: sn.Name, SHA256: sn.SHA256, Size: sn.Size}
+			}
+			if ev.Op == string(commands.OpFork) && len(d.Children) > 0 {
+				next.Children = addChildren(s.Children, d.Children)
 			}
 			if ev.Op == "resume" && d.Node != "" {
 				next.Node, next.Epoch = d.Node, d.Epoch
@@ -201,6 +213,18 @@ func Apply(s Session, ev events.Event) (Session, error) {
 	next.LastSeq = ev.Seq
 	next.UpdatedAt = ev.TS
 	return next, nil
+}
+
+// addChildren returns have with the ids of more it lacks appended (a
+// new slice: states share nothing).
+func addChildren(have, more []string) []string {
+	out := slices.Clone(have)
+	for _, c := range more {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // transition returns the status after op finished, whether the op changes
