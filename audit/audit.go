@@ -86,6 +86,8 @@ type Checker struct {
 	// nodes are the writers that registered as nodes; engines those that
 	// declared a node lost (signature.go).
 	nodes, engines map[string]bool
+	// lineage is the fork check's (lineage.go).
+	lineage lineage
 }
 
 // NewChecker returns a checker for a stream whose subjects subj builds and
@@ -168,6 +170,7 @@ func (c *Checker) Check(m events.Msg) {
 		ch.lastSeq = ev.Seq
 	}
 
+	c.noteLineage(ch, ev, m.StreamSeq)
 	switch ev.Phase {
 	case events.PhaseStart:
 		if o, dup := ch.open[ev.SpanID]; dup {
@@ -244,6 +247,7 @@ func (r Report) Failed() bool {
 // ordered by stream sequence.
 func (c *Checker) Report() Report {
 	r := Report{Sessions: len(c.order), Events: c.events, Findings: append([]Finding(nil), c.findings...), Signers: c.signerList()}
+	r.Findings = append(r.Findings, c.lineageFindings()...)
 	for _, ch := range c.order {
 		for span, o := range ch.open {
 			r.Findings = append(r.Findings, Finding{

@@ -75,6 +75,9 @@ type Config struct {
 	// delete the scheduler handles, whose trace context travels on to the
 	// node (nil: tracing off; see package tracing).
 	TracerProvider trace.TracerProvider
+	// MaxForks is the most children one fork may ask for (default and at
+	// most commands.MaxForks); more is policy_denied.
+	MaxForks int
 }
 
 // Validate checks the config.
@@ -86,6 +89,9 @@ func (c Config) Validate() error {
 	}
 	if c.NodeTTL < 0 || c.WaitForNode < 0 || c.ForwardTimeout < 0 || c.LostSweep < 0 {
 		return errors.New("scheduler: negative duration")
+	}
+	if c.MaxForks < 0 || c.MaxForks > commands.MaxForks {
+		return fmt.Errorf("scheduler: max forks %d is outside 0..%d", c.MaxForks, commands.MaxForks)
 	}
 	if c.TenantSessions < 0 {
 		return errors.New("scheduler: negative tenant session limit")
@@ -114,6 +120,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LostSweep == 0 {
 		c.LostSweep = 30 * time.Second
+	}
+	if c.MaxForks == 0 {
+		c.MaxForks = DefaultMaxForks
 	}
 	return c
 }
@@ -216,6 +225,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		{s.subj.LookupAll(), QueueGroup, s.async(s.handleLookup)},
 		{s.subj.ResumeAll(), QueueGroup, s.async(s.handleResume)},
 		{s.subj.DeleteAll(), QueueGroup, s.async(s.handleDelete)},
+		{s.subj.ForkAll(), QueueGroup, s.async(s.handleFork)},
 	} {
 		ns, err := s.nc.QueueSubscribe(x.subj, x.queue, x.fn)
 		if err != nil {
