@@ -35,9 +35,16 @@ type claim struct {
 // finish, so claims are settled in Report.
 type lineage struct {
 	snapshots map[string]map[string][]recordedSnap // session key → snapshot id → recordings
-	children  map[string]map[string]bool       // session key → children its fork finishes list
+	children  map[string]map[string]bool           // session key → children its fork finishes list
 	claims    []claim
+	// partial: the checker sees only some sessions (SetPartial).
+	partial bool
 }
+
+// SetPartial tells the checker that it sees only some sessions (engine
+// audit verify --session): a forked session whose parent it has not seen
+// is reported as unchecked (kind truncated), not as a failure.
+func (c *Checker) SetPartial(partial bool) { c.lineage.partial = partial }
 
 // noteLineage takes in what an event says about forks: a create start's
 // parent, an ok finish's snapshot (with the start seq of its op, from
@@ -91,10 +98,14 @@ func (c *Checker) lineageFindings() []Finding {
 		p := cl.parent
 		key := cl.tenant + "\x00" + p.SessionID
 		if c.sessions[key] == nil {
-			if c.firstSeq > 1 {
+			switch {
+			case l.partial:
+				f.Kind = Truncated
+				f.Detail = fmt.Sprintf("parent %s is not among the sessions audited: lineage unchecked", p.SessionID)
+			case c.firstSeq > 1:
 				f.Kind = Truncated
 				f.Detail = fmt.Sprintf("parent %s has no events left in the stream (it starts at %d): lineage unchecked", p.SessionID, c.firstSeq)
-			} else {
+			default:
 				f.Detail = fmt.Sprintf("parent %s has no history", p.SessionID)
 			}
 			out = append(out, f)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/paddock-dev/paddock/audit"
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/client"
@@ -247,6 +246,25 @@ func TestForkPoints(t *testing.T) {
 				t.Fatalf("%s: child reads %q (%v), want %q", tc.name, got, err, tc.want)
 			}
 		}
+	}
+	// A retried fork (same command id) names the same children and makes
+	// no others.
+	r1, err := c.Fork(ctx, p.SessionID, commands.ForkRequest{N: 2}, client.WithCommandID("fork-retry-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c.Fork(ctx, p.SessionID, commands.ForkRequest{N: 2}, client.WithCommandID("fork-retry-1"))
+	if err != nil || !slices.Equal(r1.Children, r2.Children) || r1.Parent != r2.Parent {
+		t.Fatalf("retried fork: %v %+v, first %+v", err, r2, r1)
+	}
+	forks := 0
+	for _, ev := range forkEvents(t, st, "default", p.SessionID) {
+		if ev.Op == string(commands.OpFork) && ev.Phase == events.PhaseStart {
+			forks++
+		}
+	}
+	if forks != 4 {
+		t.Fatalf("parent recorded %d fork starts, want 4 (the retry runs nothing)", forks)
 	}
 	if f := failures(auditAll(t, st)); len(f) > 0 {
 		t.Fatalf("audit verify after forks from recorded points: %v", f)

@@ -77,6 +77,7 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 		}
 		checker := audit.NewChecker(log.Subjects(), info.State.FirstSeq)
 		checker.SetTrust(audit.Trust{Issued: issued, Engines: engines, RequireSigned: !*allowUnsigned})
+		checker.SetPartial(*session != "")
 		check := func(m events.Msg) error {
 			checker.Check(m)
 			return nil
