@@ -51,3 +51,58 @@ func RecordedSnapshots(evs []events.Event) []Recorded {
 	}
 	return out
 }
+
+// TreeNode is one session of a lineage tree: where it came from (nil for
+// the root) and the sessions forked from it. Missing is set for a child
+// a fork named that has no history (it never came up).
+type TreeNode struct {
+	SessionID string           `json:"session_id"`
+	Status    Status           `json:"status,omitempty"`
+	Parent    *commands.Parent `json:"parent,omitempty"`
+	Missing   bool             `json:"missing,omitempty"`
+	Children  []TreeNode       `json:"children,omitempty"`
+}
+
+// maxTreeDepth bounds a lineage tree (a cycle cannot happen in honest
+// histories, but a fold of forged ones must still end).
+const maxTreeDepth = 1000
+
+// Tree returns the lineage tree of session id's family, from its root
+// ancestor, as the sessions of one tenant (by session id) record it.
+// ok is false when sessions has no id.
+func Tree(sessions map[string]Session, id string) (TreeNode, bool) {
+	s, ok := sessions[id]
+	if !ok {
+		return TreeNode{}, false
+	}
+	seen := map[string]bool{id: true}
+	for s.Parent != nil {
+		p, ok := sessions[s.Parent.SessionID]
+		if !ok || seen[p.ID] {
+			break
+		}
+		seen[p.ID] = true
+		s = p
+	}
+	return subtree(sessions, s.ID, map[string]bool{}, 0), true
+}
+
+func subtree(sessions map[string]Session, id string, done map[string]bool, depth int) TreeNode {
+	s, ok := sessions[id]
+	n := TreeNode{SessionID: id, Missing: !ok}
+	if !ok {
+		return n
+	}
+	n.Status, n.Parent = s.Status, s.Parent
+	done[id] = true
+	if depth >= maxTreeDepth {
+		return n
+	}
+	for _, c := range s.Children {
+		if done[c] {
+			continue
+		}
+		n.Children = append(n.Children, subtree(sessions, c, done, depth+1))
+	}
+	return n
+}

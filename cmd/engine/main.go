@@ -45,6 +45,8 @@ Usage:
                                                replace the workspace, all or nothing
   engine sandbox resume ID [--secret-env K=V]... [--empty] [--egress MODE] [--allow DEST]... [--json]
                                                bring a stopped, shut down or lost session back
+  engine sandbox fork ID [-n N] [--from SNAP | --at SEQ] [--secret-env K=V]... [--json]
+                                               fork into N children (the parent's workspace at that point); prints their ids
   engine sandbox shell ID [-- CMD [ARG...]]    a terminal in the sandbox (default /bin/sh); exits with its code
   engine sandbox proc start ID [--tty] [--rows N --cols N] [--yield D] [--json] -- CMD [ARG...]
                                                start a process that outlives the call; prints its id
@@ -65,6 +67,7 @@ Usage:
   engine replay [--at SEQ|TIME] [--json]       fold the stream from its first event
   engine replay --session ID [--at SEQ|TIME] [--json]
   engine replay --verify                       compare the KV projection with the replay
+  engine replay --tree ID [--json]             the lineage tree (forks) of the session's family
   engine audit verify [--session ID] [--json]  hash chain, seq, one finish per start
   engine projector status [--json]             the projector's checkpoint and lag
   engine node list [--json]                    the nodes: live ones from their heartbeats, the rest as recorded

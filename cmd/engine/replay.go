@@ -31,6 +31,7 @@ func replayCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	verify := fs.Bool("verify", false, "compare the replay with the KV projection; exit 1 on any difference")
 	at := fs.String("at", "", "the state as of this stream sequence or RFC 3339 time")
 	session := fs.String("session", "", "print one session's history as a timeline (of --tenant)")
+	tree := fs.String("tree", "", "print the lineage tree (forks) of this session's family, from its root ancestor (of --tenant)")
 	jsonOut := fs.Bool("json", false, "print JSON (with --session: the events as stored, one per line)")
 	wait := waitFlag(fs, "; with --verify, also for the projector to reach the stream's end")
 	pos, rest, err := parseInterleaved(fs, args)
@@ -39,6 +40,9 @@ func replayCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	}
 	if len(pos) > 0 || rest != nil {
 		return usageErr("replay takes no arguments")
+	}
+	if *tree != "" && (*verify || *session != "") {
+		return usageErr("replay --tree takes no --verify or --session")
 	}
 	if *verify && (*at != "" || *session != "") {
 		return usageErr("replay --verify compares the whole stream: no --at or --session")
@@ -53,8 +57,11 @@ func replayCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 			return usageErr("--at %q is neither a stream sequence nor an RFC 3339 time", *at)
 		}
 	}
-	if *session != "" {
-		if err := commands.CheckToken("session", *session); err != nil {
+	for _, id := range []string{*session, *tree} {
+		if id == "" {
+			continue
+		}
+		if err := commands.CheckToken("session", id); err != nil {
 			return err
 		}
 		if err := commands.CheckToken("tenant", g.tenant); err != nil {
@@ -67,6 +74,9 @@ func replayCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	}
 	defer closeConn()
 	log := events.NewLog(js, "", "")
+	if *tree != "" {
+		return lineageTree(ctx, js, *wait, log, g.tenant, *tree, opts, *jsonOut, stdout)
+	}
 	if *session != "" {
 		return timeline(ctx, js, *wait, log, g.tenant, *session, opts, *jsonOut, stdout)
 	}
