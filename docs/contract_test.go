@@ -134,7 +134,7 @@ func TestSubjectTable(t *testing.T) {
 	s := commands.Subjects{}
 	e := events.Subjects{}
 	want := []string{
-		s.Create("<tenant>"), s.Lookup("<tenant>"), s.Resume("<tenant>"), s.Delete("<tenant>"),
+		s.Create("<tenant>"), s.Lookup("<tenant>"), s.Resume("<tenant>"), s.Delete("<tenant>"), s.Fork("<tenant>"),
 		s.Upload("<tenant>"), s.Download("<tenant>"), s.Transfer("<tenant>", "<id>"),
 		s.Session("<tenant>", "<session>", "<op>"),
 		s.Node("<node>", "create"), s.Node("<node>", "resume"), s.Node("<node>", "ping"),

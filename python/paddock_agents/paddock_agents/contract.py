@@ -14,6 +14,7 @@ OP_CREATE = "create"
 OP_DELETE = "delete"
 OP_EXEC = "exec"
 OP_EXEC_READ = "exec_read"
+OP_FORK = "fork"
 OP_HYDRATE = "hydrate"
 OP_LOOKUP = "lookup"
 OP_LS = "ls"
@@ -39,6 +40,7 @@ OP_WRITE = "write"
 TENANT_OPS = (
     "create",
     "delete",
+    "fork",
     "lookup",
     "resume",
 )
@@ -46,6 +48,7 @@ SESSION_OPS = (
     "delete",
     "exec",
     "exec_read",
+    "fork",
     "hydrate",
     "ls",
     "mkdir",
