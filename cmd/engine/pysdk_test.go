@@ -90,8 +90,8 @@ func TestPythonProvider(t *testing.T) {
 	t.Run("paddock_agents", func(t *testing.T) {
 		out := pytest(t, pkg, "tests", "--ignore=tests/test_node_loss.py") // TestPythonProviderNodeLoss runs it
 		m := summary.FindStringSubmatch(out)
-		if m == nil || m[1] != "16" || strings.Contains(m[2], "skipped") || strings.Contains(m[2], "failed") {
-			t.Fatalf("python/paddock_agents/tests: want 16 passed, nothing skipped; got:\n%s", out)
+		if m == nil || m[1] != "17" || strings.Contains(m[2], "skipped") || strings.Contains(m[2], "failed") {
+			t.Fatalf("python/paddock_agents/tests: want 17 passed, nothing skipped; got:\n%s", out)
 		}
 		t.Logf("python/paddock_agents/tests: %s", m[0])
 	})

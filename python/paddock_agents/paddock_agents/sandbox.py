@@ -65,6 +65,7 @@ from .contract import (
     OP_CREATE,
     OP_DELETE,
     OP_EXEC,
+    OP_FORK,
     OP_HYDRATE,
     OP_LS,
     OP_MKDIR,
@@ -169,6 +170,9 @@ class PaddockSandboxSessionState(SandboxSessionState):
     runtime: str | None = None
     epoch: int = 1
     paddock_snapshot_id: str | None = None
+    # paddock_parent (issue 25): where a forked session came from, as its create recorded it
+    # ({"session_id", "seq", "snapshot", "root_sha256"}); None for a session that was created.
+    paddock_parent: dict[str, Any] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -253,6 +257,50 @@ class PaddockSandboxSession(BaseSandboxSession):
 
     def _path(self, path: Path | str, *, for_write: bool = False) -> str:
         return sandbox_path_str(self.normalize_path(path, for_write=for_write))
+
+    # --- fork (issue 25) ---
+
+    async def fork(
+        self,
+        n: int = 1,
+        *,
+        snapshot_id: str | None = None,
+        at_seq: int | None = None,
+        secret_env: dict[str, str] | None = None,
+    ) -> list[PaddockSandboxSession]:
+        """Fork this session into ``n`` new sessions with its workspace at one recorded point:
+        the snapshot ``snapshot_id`` or the last one recorded at or before ``at_seq`` of this
+        session's history, else a persist the fork makes first. The children get this session's
+        image, limits, egress and environment; secret values only as ``secret_env`` gives them
+        (default: this session's, as this process holds them). Returns the children that came up,
+        sharing this session's connection; each state's ``paddock_parent`` is the point. Raises
+        PaddockError (InvalidState: resume the session first; PolicyDenied: n over the operator's
+        maximum; SnapshotNotFound)."""
+        args: dict[str, Any] = {"session_id": self.state.paddock_session_id, "n": n}
+        if snapshot_id is not None:
+            args["snapshot_id"] = snapshot_id
+        if at_seq is not None:
+            args["at_seq"] = at_seq
+        secrets = dict(self._secret_env if secret_env is None else secret_env)
+        if secrets:
+            args["secret_env"] = secrets
+        res = await self._t.request(self._t.tenant_subject(OP_FORK), args, timeout=WORKSPACE_TIMEOUT, trace=_trace_ids())
+        parent = dict(res.get("parent") or {})
+        children: list[PaddockSandboxSession] = []
+        for child in res.get("children") or []:
+            state = self.state.model_copy(
+                deep=True,
+                update={
+                    "session_id": uuid.UUID(child),
+                    "paddock_session_id": child,
+                    "paddock_parent": parent,
+                    "paddock_snapshot_id": None,
+                    "node": None,
+                    "epoch": 1,
+                },
+            )
+            children.append(PaddockSandboxSession(state=state, transport=self._t, secret_env=secrets))
+        return children
 
     # --- lifecycle ---
 
@@ -721,6 +769,27 @@ class PaddockSandboxClient(BaseSandboxClient[PaddockSandboxClientOptions | None]
         inner = PaddockSandboxSession(state=state, transport=t, secret_env=opts.secret_env)
         inner._set_start_state_preserved(preserved)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
+
+    async def fork(
+        self,
+        session: SandboxSession,
+        n: int = 1,
+        *,
+        snapshot_id: str | None = None,
+        at_seq: int | None = None,
+        secret_env: dict[str, str] | None = None,
+    ) -> list[SandboxSession]:
+        """Fork ``session`` into ``n`` sessions (PaddockSandboxSession.fork), returned as this
+        client's sessions: delete them with ``delete`` like any other."""
+        inner = session._inner
+        if not isinstance(inner, PaddockSandboxSession):
+            raise TypeError("PaddockSandboxClient.fork expects a PaddockSandboxSession")
+        children = await inner.fork(n, snapshot_id=snapshot_id, at_seq=at_seq, secret_env=secret_env)
+        out: list[SandboxSession] = []
+        for child in children:
+            self._live.add(child.state.paddock_session_id)
+            out.append(self._wrap_session(child, instrumentation=self._instrumentation))
+        return out
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
         inner = session._inner
