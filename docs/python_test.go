@@ -349,7 +349,7 @@ from __future__ import annotations
 	fmt.Fprintf(&b, "SESSION_SUBJECT = %s\n", pyString(s.Session("{tenant}", "{session}", "{op}")))
 	b.WriteString("TENANT_SUBJECTS = {\n")
 	tenantSubjects := map[string]string{
-		"create": s.Create("{tenant}"), "lookup": s.Lookup("{tenant}"), "resume": s.Resume("{tenant}"),
+		"create": s.Create("{tenant}"), "lookup": s.Lookup("{tenant}"), "resume": s.Resume("{tenant}"), "fork": s.Fork("{tenant}"),
 		"delete": s.Delete("{tenant}"), "upload": s.Upload("{tenant}"), "download": s.Download("{tenant}"),
 	}
 	keys := make([]string, 0, len(tenantSubjects))

@@ -139,6 +139,7 @@ TENANT_SUBJECTS = {
     "create": "{prefix}.cmd.{tenant}.create",
     "delete": "{prefix}.cmd.{tenant}.delete",
     "download": "{prefix}.cmd.{tenant}.download",
+    "fork": "{prefix}.cmd.{tenant}.fork",
     "lookup": "{prefix}.cmd.{tenant}.lookup",
     "resume": "{prefix}.cmd.{tenant}.resume",
     "upload": "{prefix}.cmd.{tenant}.upload",

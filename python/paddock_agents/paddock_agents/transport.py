@@ -164,7 +164,7 @@ class Transport:
         self.actor = actor
 
     def tenant_subject(self, op: str) -> str:
-        """The tenant's subject of ``op``: create, lookup, resume, delete, upload or download."""
+        """The tenant's subject of ``op``: create, lookup, resume, delete, fork, upload or download."""
         return TENANT_SUBJECTS[op].format(prefix=self.prefix, tenant=self.tenant)
 
     def session_subject(self, session: str, op: str) -> str:
