@@ -75,7 +75,7 @@ type ForkResult struct {
 // ForkFailure is a child the scheduler drew but could not bring up: its
 // session id (recorded in the parent's fork) and why.
 type ForkFailure struct {
-	SessionID string      `json:"session_id"`
+	SessionID string     `json:"session_id"`
 	Error     *WireError `json:"error"`
 }
 

@@ -109,7 +109,6 @@ func BenchmarkForkStoredBytes(b *testing.B) {
 	}
 }
 
-
 func failedOf(res commands.ForkResult) []string {
 	var out []string
 	for _, f := range res.Failed {
