@@ -13,6 +13,7 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 
+	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
@@ -130,6 +131,11 @@ func TestRecordedHistory(t *testing.T) {
 	must(c.Do(ctx, "s-resumed", commands.OpPersist, nil, nil))
 	must(c.Shutdown(ctx, "s-resumed"))
 	must(c.Do(ctx, "s-resumed", commands.OpResume, commands.ResumeArgs{SecretEnv: map[string]string{"TOKEN": "hunter2-hunter2"}}, nil))
+
+	// A fork (issue 25): the parent records it, the child's create its parent.
+	fork, err := c.Fork(ctx, "s-resumed", commands.ForkRequest{N: 1}, client.WithCommandID("fork-1"))
+	must(err)
+	must(c.Stop(ctx, fork.Children[0]))
 
 	_, err = c.Create(ctx, commands.CreateArgs{SessionID: "s-failed", User: "1000"}) // the local runtime cannot switch users
 	fails(err, errcode.InvalidRequest)
