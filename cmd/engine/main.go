@@ -43,7 +43,7 @@ Usage:
   engine sandbox persist ID [--json]           snapshot the workspace; prints the snapshot id
   engine sandbox hydrate ID --from FILE.tar|- | --snapshot SNAP
                                                replace the workspace, all or nothing
-  engine sandbox resume ID [--secret-env K=V]... [--empty] [--egress MODE] [--allow DEST]... [--json]
+  engine sandbox resume ID [--secret-env K=V]... [--empty] [--at SEQ] [--egress MODE] [--allow DEST]... [--json]
                                                bring a stopped, shut down or lost session back
   engine sandbox shell ID [-- CMD [ARG...]]    a terminal in the sandbox (default /bin/sh); exits with its code
   engine sandbox proc start ID [--tty] [--rows N --cols N] [--yield D] [--json] -- CMD [ARG...]
