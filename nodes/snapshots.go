@@ -134,7 +134,7 @@ func (a *Agent) persistWorkspace(ctx context.Context, s *session) (persisted, er
 		}
 		// The sandbox changed a file between the scan and the upload of
 		// its chunk: once more, from a new scan.
-		if attempt == 0 && errcode.Of(err) == errcode.Conflict {
+		if attempt == 0 && errcode.Of(err) == errcode.ConcurrencyConflict {
 			a.logger.Info("persist: the workspace changed while it was read; reading it again", "tenant", s.tenant, "session", s.id)
 			continue
 		}
