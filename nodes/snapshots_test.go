@@ -119,6 +119,19 @@ func TestIncrementalPersist(t *testing.T) {
 			if third.ID != second.ID || third.RootSHA256 != second.RootSHA256 || !d.Unchanged || d.Chunks.Uploaded != 0 {
 				t.Fatalf("persist with nothing changed = %+v (finish %+v); want snapshot %s again, unchanged", third, d, second.ID)
 			}
+			// The node scans the workspace on the host (local; Docker's
+			// loopfs) with its hash cache: once no file is racily clean
+			// (written within a second of the scan), a persist reads none.
+			testenv.Eventually(t, 30*time.Second, func() error {
+				if _, err := st.Client.Persist(ctx, s.SessionID); err != nil {
+					return err
+				}
+				d := lastFinishData[events.SnapshotFinish](t, st, s.SessionID, commands.OpPersist)
+				if !d.Unchanged || d.Chunks.HashedFiles != 0 {
+					return fmt.Errorf("unchanged persist hashed %d files (unchanged %v); want the hash cache to vouch for all", d.Chunks.HashedFiles, d.Unchanged)
+				}
+				return nil
+			})
 			if got := names(); got != stored || stored != 2 {
 				t.Fatalf("snapshots stored: %d, then %d after an unchanged persist; want 2 and 2", stored, got)
 			}
