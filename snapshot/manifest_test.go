@@ -175,7 +175,7 @@ func TestDiff(t *testing.T) {
 	from := sample()
 	to := sample()
 	to.Entries[1].Chunks = []string{digestOf("x"), digestOf("z")} // content
-	to.Entries[2].Mode = 0o644                                     // mode
+	to.Entries[2].Mode = 0o644                                    // mode
 	to.Entries[3] = Entry{Path: "a/link", Kind: KindFile, Mode: 0o644}
 	to.Entries = append(to.Entries[:4], Entry{Path: "c", Kind: KindDir, Mode: 0o755}) // b\c removed, c created
 	got := Diff(from, to)
