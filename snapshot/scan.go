@@ -167,6 +167,8 @@ type scanner struct {
 	cache *HashCache
 	start time.Time
 	lim   Limits
+	// afterRead, if set, is called after each read of a file.
+	afterRead func(rel string, attempt int)
 
 	entries []*Entry // in walk order; a job's worker fills in its file's
 	jobs    chan scanJob
@@ -194,6 +196,15 @@ type scanner struct {
 // not UTF-8 is invalid_path; more than a million entries or 1 TiB is
 // payload_too_large; a directory that cannot be read is runtime_error.
 func Scan(ctx context.Context, dir string, skip archive.Skip, cache *HashCache) (*Scanned, error) {
+	return scanAt(ctx, dir, skip, cache, time.Now(), nil)
+}
+
+// scanAt is Scan with the time the scan starts, which decides what is
+// racily clean, and a hook called after each read of a file, before its
+// inode is checked again (tests move the one and change files in the
+// other).
+func scanAt(ctx context.Context, dir string, skip archive.Skip, cache *HashCache, start time.Time,
+	afterRead func(rel string, attempt int)) (*Scanned, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.RuntimeError, err, "open workspace")
@@ -202,7 +213,7 @@ func Scan(ctx context.Context, dir string, skip archive.Skip, cache *HashCache) 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	s := &scanner{
-		ctx: ctx, skip: skip, cache: cache, start: time.Now(), lim: Limits{}.withDefaults(),
+		ctx: ctx, skip: skip, cache: cache, start: start, afterRead: afterRead, lim: Limits{}.withDefaults(),
 		jobs:  make(chan scanJob, 4*scanWorkers),
 		files: map[string]cachedFile{}, locs: map[string]chunkLoc{},
 	}
@@ -418,6 +429,9 @@ func (s *scanner) hash(j scanJob) error {
 		chunks, err := hashFile(s.ctx, j.f, before.Size, buf)
 		if err != nil && !errors.Is(err, errRaced) {
 			return err
+		}
+		if s.afterRead != nil {
+			s.afterRead(j.rel, attempt)
 		}
 		var after syscall.Stat_t
 		if serr := syscall.Fstat(int(j.f.Fd()), &after); serr != nil {

@@ -36,7 +36,7 @@ func FromTar(ctx context.Context, r io.Reader, skip archive.Skip, lim archive.Li
 	c := archive.NewChecker(lim)
 	tr := tar.NewReader(&archive.CountingReader{R: r, Limit: lim.MaxArchiveBytes})
 	entries := map[string]*Entry{}
-	skipped := map[string]bool{} // directories left out
+	skipped := map[string]bool{} // directories, and whether they are left out
 	buf := make([]byte, ChunkSize)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -50,9 +50,6 @@ func FromTar(ctx context.Context, r io.Reader, skip archive.Skip, lim archive.Li
 			return nil, err
 		}
 		if isSkipped(name, skip, skipped) {
-			if h.Typeflag == tar.TypeDir {
-				skipped[name] = true
-			}
 			continue
 		}
 		if !utf8.ValidString(name) {
@@ -122,13 +119,24 @@ func FromTar(ctx context.Context, r io.Reader, skip archive.Skip, lim archive.Li
 	return m, nil
 }
 
-func isSkipped(name string, skip archive.Skip, skipped map[string]bool) bool {
+// isSkipped reports whether skip leaves out name or one of its parent
+// directories (asked once each, the answer kept in dirs), whether or not
+// the archive lists them.
+func isSkipped(name string, skip archive.Skip, dirs map[string]bool) bool {
+	if skip == nil {
+		return false
+	}
 	for p := path.Dir(name); p != "."; p = path.Dir(p) {
-		if skipped[p] {
+		out, ok := dirs[p]
+		if !ok {
+			out = skip(p)
+			dirs[p] = out
+		}
+		if out {
 			return true
 		}
 	}
-	return skip != nil && skip(name)
+	return skip(name)
 }
 
 func archiveDefaults(l archive.Limits) archive.Limits {
