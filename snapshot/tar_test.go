@@ -16,7 +16,6 @@ import (
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
-	"github.com/paddock-dev/paddock/testenv"
 )
 
 // exportTar writes dir as the local runtime's ExportWorkspace does.
@@ -349,7 +348,7 @@ func TestWriteTarFailures(t *testing.T) {
 		}, 4)
 		done <- err
 	}()
-	testenv.Eventually(t, 10*time.Second, func() error {
+	eventually(t, 10*time.Second, func() error {
 		if started.Load() == 0 {
 			return fmt.Errorf("no get started")
 		}
@@ -357,7 +356,7 @@ func TestWriteTarFailures(t *testing.T) {
 	})
 	cancel()
 	var werr error
-	testenv.Eventually(t, 10*time.Second, func() error {
+	eventually(t, 10*time.Second, func() error {
 		select {
 		case werr = <-done:
 			return nil
