@@ -105,7 +105,7 @@ type Config struct {
 	// ones; see docs/benchmarks.md).
 	CompressSnapshots bool
 	// Snapshots is the format persist writes (issue 25): SnapshotsManifest
-	// (the default, "" too) stores a content-addressed manifest and only
+	// (the default, "" too, unless CompressSnapshots: then tar) stores a content-addressed manifest and only
 	// the chunks the tenant's store lacks; SnapshotsTar a tar of the whole
 	// workspace, as before (CompressSnapshots applies to it). Both formats
 	// are restored whatever this says.
@@ -259,7 +259,12 @@ func (c Config) withDefaults() Config {
 		c.Egress.Port = 3128
 	}
 	if c.Snapshots == "" {
+		// Compression is the tar format's: a node asked for it without a
+		// format keeps writing compressed tars, as before.
 		c.Snapshots = SnapshotsManifest
+		if c.CompressSnapshots {
+			c.Snapshots = SnapshotsTar
+		}
 	}
 	if c.ChunkCacheBytes == 0 {
 		c.ChunkCacheBytes = DefaultChunkCacheBytes

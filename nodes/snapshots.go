@@ -319,25 +319,39 @@ func (a *Agent) restoreFrom(ctx context.Context, s *session, sb runtime.Sandbox,
 	if err != nil {
 		return restored{}, err
 	}
-	if a.knownFormat(s, owner, snapshotID) == objectstore.FormatTar {
+	format := a.knownFormat(s, owner, snapshotID)
+	if format == "" {
+		info, err := store.Info(ctx, s.tenant, owner, snapshotID)
+		if err != nil {
+			return restored{}, err
+		}
+		format = info.Format
+	}
+	if format != snapshot.Format {
 		st, err := a.restoreTar(ctx, s, sb, owner, snapshotID, "")
 		return restored{st: st}, err
 	}
 	m, _, err := store.GetManifest(ctx, s.tenant, owner, snapshotID, a.manifestLimits())
-	switch code := errcode.Of(err); {
-	case code == errcode.SnapshotNotFound || code == errcode.NotFound:
-		// No manifest of that id: a tar snapshot (or none at all).
-		st, err := a.restoreTar(ctx, s, sb, owner, snapshotID, "")
-		return restored{st: st}, err
-	case err != nil:
-		return restored{}, err
+	if err != nil {
+		return restored{}, corrupt(err)
 	}
 	st, counts, err := a.restoreManifest(ctx, s, sb, store, m)
 	if err != nil {
-		return restored{}, err
+		return restored{}, corrupt(err)
 	}
 	s.content.setLast(m)
 	return restored{st: st, manifest: m, chunks: &counts}, nil
+}
+
+// corrupt returns err, a restore's, as snapshot_corrupt when it is a
+// manifest or chunk whose bytes are not the ones recorded (the object
+// store says internal: they are not the caller's fault, but they are the
+// snapshot's, as a tar's digest mismatch is).
+func corrupt(err error) error {
+	if errcode.Of(err) == errcode.Internal {
+		return errcode.Wrap(errcode.SnapshotCorrupt, err, "restore")
+	}
+	return err
 }
 
 // knownFormat returns the format of a snapshot of the session's own that

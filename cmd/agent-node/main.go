@@ -116,7 +116,7 @@ func registerFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
 	fs.StringVar(&cfg.exposeHost, "expose-host", "127.0.0.1", "IP the forwards of sessions' exposed ports listen on (0.0.0.0: the node's network)")
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "compress workspace snapshots with zstd (smaller for compressible workspaces)")
-	fs.StringVar(&cfg.snapshotFormat, "snapshot-format", nodes.SnapshotsManifest, "format persist writes: manifest (content-addressed: only changed chunks are uploaded) or tar (the whole workspace each time; --zstd-snapshots applies); both are restored")
+	fs.StringVar(&cfg.snapshotFormat, "snapshot-format", "", "format persist writes: manifest (content-addressed: only changed chunks are uploaded; the default) or tar (the whole workspace each time; the default with --zstd-snapshots, which applies to it); both are restored")
 	fs.StringVar(&cfg.chunkCacheDir, "chunk-cache-dir", filepath.Join(os.TempDir(), "paddock-node-chunks"), "the node's cache of snapshot chunks, which restores read before the object store")
 	fs.Int64Var(&cfg.chunkCacheBytes, "chunk-cache-bytes", nodes.DefaultChunkCacheBytes, "bound of the chunk cache (0: no cache)")
 	fs.StringVar(&cfg.clusterPorts, "egress-cluster-ports", "", "more ports of the NATS cluster (route, leafnode, monitoring; comma separated) that no egress allow list reaches at a private address; its client ports, and NATS's defaults, are refused already")

@@ -104,7 +104,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.BoolVar(&cfg.noLocalNode, "no-local-node", false, "do not run a node agent in this process")
 	fs.StringVar(&cfg.nodeID, "node-id", hostNodeID(), "id of the in-process node")
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "the in-process node compresses workspace snapshots with zstd")
-	fs.StringVar(&cfg.snapshotFormat, "snapshot-format", nodes.SnapshotsManifest, "format the in-process node persists: manifest (content-addressed) or tar; both are restored")
+	fs.StringVar(&cfg.snapshotFormat, "snapshot-format", "", "format the in-process node persists: manifest (content-addressed; the default) or tar (the default with --zstd-snapshots); both are restored")
 	fs.Int64Var(&cfg.chunkCacheBytes, "chunk-cache-bytes", nodes.DefaultChunkCacheBytes, "bound of the in-process node's snapshot chunk cache under --state-dir/chunks (0: no cache)")
 	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime of the in-process node: "+runtimes.Modes+" (auto: Docker when its daemon answers)")
 	fs.IntVar(&cfg.tenantConcurrent, "tenant-concurrency", 0, "most commands of one tenant in flight on the in-process node (default: a quarter of 256)")
