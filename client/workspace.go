@@ -81,6 +81,6 @@ func (c *Client) ResumeWith(ctx context.Context, id string, args commands.Resume
 	if !errors.Is(err, nats.ErrNoResponders) {
 		return res, err
 	}
-	err = c.request(ctx, c.subj.Resume(c.opts.Tenant), "", commands.ResumeRequest{SessionID: id, SecretEnv: args.SecretEnv, Empty: args.Empty}, &res, workspaceTimeout, opts)
+	err = c.request(ctx, c.subj.Resume(c.opts.Tenant), "", commands.ResumeRequest{SessionID: id, SecretEnv: args.SecretEnv, Empty: args.Empty, AtSeq: args.AtSeq}, &res, workspaceTimeout, opts)
 	return res, err
 }

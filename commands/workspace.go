@@ -77,6 +77,11 @@ type ResumeArgs struct {
 	// sandbox: the resume of a session whose sandbox is still there
 	// refuses it (invalid_state); shut the session down first.
 	Egress *Egress `json:"egress,omitempty"`
+	// AtSeq (issue 25), when not 0, restores the last snapshot the
+	// session recorded at or before this event seq (point-in-time
+	// restore) instead of its newest: not_found when there is none. A
+	// running sandbox gets it in place, as a hydrate would.
+	AtSeq uint64 `json:"at_seq,omitempty"`
 }
 
 // Validate checks the resume arguments.
@@ -115,6 +120,8 @@ type ResumeRequest struct {
 	Empty bool `json:"empty,omitempty"`
 	// Egress is ResumeArgs.Egress.
 	Egress *Egress `json:"egress,omitempty"`
+	// AtSeq is ResumeArgs.AtSeq.
+	AtSeq uint64 `json:"at_seq,omitempty"`
 }
 
 // Validate checks the request.
@@ -136,4 +143,6 @@ type ResumePlacement struct {
 	Empty bool `json:"empty,omitempty"`
 	// Egress is ResumeArgs.Egress.
 	Egress *Egress `json:"egress,omitempty"`
+	// AtSeq is ResumeArgs.AtSeq.
+	AtSeq uint64 `json:"at_seq,omitempty"`
 }

@@ -225,6 +225,13 @@ type SnapshotFinish struct {
 	Snapshot *commands.Snapshot `json:"snapshot,omitempty"`
 	// Reason (1.3) is why the node stopped the session by itself: idle.
 	Reason string `json:"reason,omitempty"`
+	// Unchanged (issue 25): the workspace's manifest root was the last
+	// snapshot's, so no new snapshot was stored and Snapshot is that one
+	// (same id, same root).
+	Unchanged bool `json:"unchanged,omitempty"`
+	// Chunks (issue 25) is what a manifest snapshot's persist read and
+	// uploaded (nil for a tar).
+	Chunks *ChunkCounts `json:"chunks,omitempty"`
 }
 
 // HydrateStart is a hydrate's start data: a snapshot of the session or an
@@ -238,6 +245,11 @@ type HydrateStart struct {
 type HydrateFinish struct {
 	Members int   `json:"members"`
 	Bytes   int64 `json:"bytes"`
+	// Changes (issue 25) is what the hydrate changed in the workspace
+	// (observed exact: the manifests before and after, compared).
+	Changes *commands.Changes `json:"changes,omitempty"`
+	// Chunks (issue 25) is where a manifest snapshot's chunks came from.
+	Chunks *ChunkCounts `json:"chunks,omitempty"`
 }
 
 // ResumeStart is a resume's start data: the names of the secret variables
@@ -251,6 +263,8 @@ type ResumeStart struct {
 	// Egress (1.4) is the egress policy the session has from this resume
 	// on, when the resume changed it.
 	Egress *commands.Egress `json:"egress,omitempty"`
+	// AtSeq (issue 25) is the resume's point in time (ResumeArgs.AtSeq).
+	AtSeq uint64 `json:"at_seq,omitempty"`
 }
 
 // ResumeFinish is a resume's finish data: where the session runs now,
@@ -263,6 +277,12 @@ type ResumeFinish struct {
 	SnapshotID  string `json:"snapshot_id,omitempty"`
 	ContainerID string `json:"container_id,omitempty"`
 	Made
+	// SnapshotSeq (issue 25) is the seq the restored (or kept) snapshot
+	// was recorded at: with resume --at, the one chosen.
+	SnapshotSeq uint64 `json:"snapshot_seq,omitempty"`
+	// Chunks (issue 25) is where a restored manifest snapshot's chunks
+	// came from.
+	Chunks *ChunkCounts `json:"chunks,omitempty"`
 }
 
 // NodeInfo is what a node advertises: the data of its registered event

@@ -21,6 +21,7 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/snapshot"
 	"github.com/paddock-dev/paddock/tracing"
 )
 
@@ -41,6 +42,9 @@ type Agent struct {
 	// session's parts, in order (teardown.go). Both are set once in New.
 	handle    handler
 	teardowns []teardownHook
+	// chunks is the node's local cache of snapshot chunks (nil: none);
+	// set once in New.
+	chunks *snapshot.Cache
 
 	// ctx is cancelled by Close once the drain bound has passed; in-flight
 	// operations run under it.
@@ -100,6 +104,11 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 		sem:      make(chan struct{}, cfg.MaxConcurrent),
 		ops:      sessionOps(),
 		tracer:   tracing.New(cfg.TracerProvider),
+	}
+	if cfg.ChunkCacheDir != "" && cfg.ChunkCacheBytes > 0 {
+		if a.chunks, err = snapshot.OpenCache(cfg.ChunkCacheDir, cfg.ChunkCacheBytes); err != nil {
+			return nil, fmt.Errorf("nodes: chunk cache: %w", err)
+		}
 	}
 	a.handle = a.newPipeline()
 	a.teardowns = a.teardownHooks()

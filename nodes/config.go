@@ -104,6 +104,19 @@ type Config struct {
 	// (smaller for compressible workspaces, slower for incompressible
 	// ones; see docs/benchmarks.md).
 	CompressSnapshots bool
+	// Snapshots is the format persist writes (issue 25): SnapshotsManifest
+	// (the default, "" too, unless CompressSnapshots: then tar) stores a content-addressed manifest and only
+	// the chunks the tenant's store lacks; SnapshotsTar a tar of the whole
+	// workspace, as before (CompressSnapshots applies to it). Both formats
+	// are restored whatever this says.
+	Snapshots string
+	// ChunkCacheDir is the node's local cache of snapshot chunks, which a
+	// restore reads before the object store (empty: no cache). The agent
+	// commands put it under their state directory.
+	ChunkCacheDir string
+	// ChunkCacheBytes bounds the chunk cache (default 2 GiB; negative: no
+	// cache); past it the least recently used chunks go.
+	ChunkCacheBytes int64
 	// Metrics records the node's operations, event appends, sessions and
 	// processes, and its object store bytes (nil: none).
 	Metrics *metrics.Metrics
@@ -144,8 +157,20 @@ type EgressConfig struct {
 	Resolve func(ctx context.Context, name string) ([]netip.Addr, error)
 }
 
+// The formats persist writes (Config.Snapshots).
+const (
+	SnapshotsManifest = "manifest"
+	SnapshotsTar      = "tar"
+)
+
+// DefaultChunkCacheBytes is Config.ChunkCacheBytes's default: 2 GiB.
+const DefaultChunkCacheBytes = 2 << 30
+
 // Validate checks the config.
 func (c Config) Validate() error {
+	if c.Snapshots != "" && c.Snapshots != SnapshotsManifest && c.Snapshots != SnapshotsTar {
+		return fmt.Errorf("nodes: snapshots %q is neither %s nor %s", c.Snapshots, SnapshotsManifest, SnapshotsTar)
+	}
 	if err := commands.CheckToken("node id", c.ID); err != nil {
 		return err
 	}
@@ -232,6 +257,17 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Egress.Port == 0 {
 		c.Egress.Port = 3128
+	}
+	if c.Snapshots == "" {
+		// Compression is the tar format's: a node asked for it without a
+		// format keeps writing compressed tars, as before.
+		c.Snapshots = SnapshotsManifest
+		if c.CompressSnapshots {
+			c.Snapshots = SnapshotsTar
+		}
+	}
+	if c.ChunkCacheBytes == 0 {
+		c.ChunkCacheBytes = DefaultChunkCacheBytes
 	}
 	if c.Egress.RecordRate == 0 {
 		c.Egress.RecordRate = 20

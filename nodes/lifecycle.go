@@ -54,7 +54,7 @@ func runStop(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error
 	if err := requireStatus(s, commands.OpStop, projection.StatusRunning, projection.StatusStopped); err != nil {
 		return outcome{}, err
 	}
-	snap, err := a.persist(ctx, s)
+	p, err := a.persistWorkspace(ctx, s)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -63,8 +63,8 @@ func runStop(ctx context.Context, a *Agent, s *session, _ *none) (outcome, error
 	}
 	st := string(projection.StatusStopped)
 	return outcome{
-		result: commands.SnapshotResult{Status: st, Snapshot: snap},
-		data:   events.SnapshotFinish{Status: st, Snapshot: snap},
+		result: commands.SnapshotResult{Status: st, Snapshot: p.snap},
+		data:   p.finish(st),
 	}, nil
 }
 

@@ -24,7 +24,9 @@ import (
 // persistStack starts a stack whose server buffers at most maxBuffered
 // bytes per stream (nats-server's jetstream max_buffered_size; "" keeps
 // the default 128 MiB), with a node on the local runtime whose log is
-// returned.
+// returned. The node writes tar snapshots: these tests are of one large
+// put through the server's flow control (a manifest persist of their
+// workspace, one random MiB repeated, would store one chunk).
 func persistStack(t *testing.T, maxBuffered string) (*testenv.Stack, *lockedBuffer) {
 	t.Helper()
 	opts := testenv.StackOptions{NoNode: true}
@@ -42,7 +44,7 @@ func persistStack(t *testing.T, maxBuffered string) (*testenv.Stack, *lockedBuff
 	}
 	logs := &lockedBuffer{}
 	nc := testenv.Connect(t, st.Broker.ClientURL())
-	a, err := nodes.New(nc, events.NewLog(testenv.JetStream(t, nc), "", ""), nodes.Config{ID: "persist-node"}, slog.New(slog.NewTextHandler(logs, nil)), rt)
+	a, err := nodes.New(nc, events.NewLog(testenv.JetStream(t, nc), "", ""), nodes.Config{ID: "persist-node", Snapshots: nodes.SnapshotsTar}, slog.New(slog.NewTextHandler(logs, nil)), rt)
 	if err != nil {
 		t.Fatal(err)
 	}

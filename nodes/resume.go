@@ -28,11 +28,11 @@ import (
 //	                                   the workspace empty)
 
 func resumeStart(_ *Agent, _ *session, args *commands.ResumeArgs) any {
-	return events.ResumeStart{SecretEnvKeys: sortedKeys(args.SecretEnv), Empty: args.Empty, Egress: args.Egress}
+	return events.ResumeStart{SecretEnvKeys: sortedKeys(args.SecretEnv), Empty: args.Empty, Egress: args.Egress, AtSeq: args.AtSeq}
 }
 
 func runResume(ctx context.Context, a *Agent, s *session, args *commands.ResumeArgs) (outcome, error) {
-	return a.resume(ctx, s, args.SecretEnv, args.Empty, args.Egress)
+	return a.resume(ctx, s, args.SecretEnv, args.Empty, args.Egress, args.AtSeq)
 }
 
 // resume is the resume operation; secretEnv, when given, replaces the
@@ -40,8 +40,10 @@ func runResume(ctx context.Context, a *Agent, s *session, args *commands.ResumeA
 // now on, and for a re-created sandbox). empty lets a session that has no
 // snapshot come back with an empty workspace; a snapshot, when there is
 // one, is restored all the same. eg, when given, is the session's egress
-// policy from now on.
-func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]string, empty bool, eg *commands.Egress) (out outcome, err error) {
+// policy from now on. atSeq, when not 0, names the point in time: the last
+// snapshot recorded at or before it is the one restored (not_found when
+// there is none), in place when the sandbox is still there.
+func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]string, empty bool, eg *commands.Egress, atSeq uint64) (out outcome, err error) {
 	if err := checkLifetime(s, commands.OpResume); err != nil {
 		return outcome{}, err
 	}
@@ -49,6 +51,11 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 		return outcome{}, err
 	}
 	snap := s.snapshot()
+	if atSeq > 0 {
+		if snap, err = s.snapshotAt(atSeq); err != nil {
+			return outcome{}, err
+		}
+	}
 	sb, st := s.sandbox(), s.getStatus()
 	recreate := sb == nil || st == projection.StatusShutDown
 	if eg != nil {
@@ -64,7 +71,7 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 	}
 	d := events.ResumeFinish{Status: string(projection.StatusRunning), Node: a.cfg.ID, Epoch: s.getEpoch()}
 	if snap != nil {
-		d.SnapshotID = snap.ID
+		d.SnapshotID, d.SnapshotSeq = snap.ID, snap.Seq
 	}
 	switch {
 	case sb != nil && (st == projection.StatusRunning || st == projection.StatusStopped):
@@ -72,15 +79,16 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 			return outcome{}, err
 		}
 		if snap != nil {
-			fp, err := fingerprint(ctx, sb, ephemeralSkip(s.ephemeral))
+			same, err := a.workspaceIs(ctx, s, sb, snap)
 			if err != nil {
 				return outcome{}, err
 			}
-			if fp != snap.SHA256 {
-				if _, err := a.restore(ctx, s, sb, snap.ID, ""); err != nil {
+			if !same {
+				r, err := a.restoreFrom(ctx, s, sb, s.id, snap.ID)
+				if err != nil {
 					return outcome{}, err
 				}
-				d.Restored = true
+				d.Restored, d.Chunks = true, r.chunks
 			}
 		}
 	case recreate:
@@ -91,12 +99,14 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 		if err != nil {
 			return outcome{}, err
 		}
+		s.content.dropHashes() // the new sandbox's files are others
 		if snap != nil {
-			if _, err := a.restore(ctx, s, nsb, snap.ID, ""); err != nil {
+			r, err := a.restoreFrom(ctx, s, nsb, s.id, snap.ID)
+			if err != nil {
 				_ = nsb.Shutdown(context.WithoutCancel(ctx))
 				return outcome{}, err
 			}
-			d.Restored = true
+			d.Restored, d.Chunks = true, r.chunks
 		}
 		d.Epoch++
 		d.ContainerID = containerID(nsb)
@@ -193,9 +203,9 @@ func (a *Agent) resumePlaced(ctx context.Context, req commands.Request, p *comma
 	if err != nil {
 		return commands.ErrorReply(err)
 	}
-	start := events.ResumeStart{SecretEnvKeys: sortedKeys(p.SecretEnv), Placed: true, Empty: p.Empty, Egress: p.Egress}
+	start := events.ResumeStart{SecretEnvKeys: sortedKeys(p.SecretEnv), Placed: true, Empty: p.Empty, Egress: p.Egress, AtSeq: p.AtSeq}
 	reply := a.perform(ctx, s, req, commands.OpResume, start, func(ctx context.Context) (outcome, error) {
-		return a.resume(ctx, s, nil, p.Empty, p.Egress)
+		return a.resume(ctx, s, nil, p.Empty, p.Egress, p.AtSeq)
 	})
 	sb := s.sandbox()
 	switch {
@@ -217,7 +227,7 @@ func validateResumePlacement(p *commands.ResumePlacement) error {
 	if err := checkSessionIDs(p.Tenant, p.SessionID); err != nil {
 		return err
 	}
-	args := commands.ResumeArgs{SecretEnv: p.SecretEnv, Empty: p.Empty, Egress: p.Egress}
+	args := commands.ResumeArgs{SecretEnv: p.SecretEnv, Empty: p.Empty, Egress: p.Egress, AtSeq: p.AtSeq}
 	return args.Validate()
 }
 

@@ -54,8 +54,11 @@ type session struct {
 	redact   redactor     // rebuilt whenever secret values are given
 	epoch    uint64       // the placement's epoch
 	lastSnap *commands.Snapshot
-	status   projection.Status
-	memory   memory
+	// snaps are every snapshot the session recorded, oldest first (resume
+	// --at picks one); lastSnap is the newest.
+	snaps  []commands.Snapshot
+	status projection.Status
+	memory memory
 
 	// idle is the session's idle timeout (0: none); lastActive (unix
 	// nanoseconds) is when an op last began or ended, active how many run
@@ -82,6 +85,10 @@ type session struct {
 	// output (each with its own lock).
 	procs   procs
 	streams streams
+
+	// content is the node's content-addressed state of the workspace:
+	// its hash cache and last manifest (snapshots.go).
+	content contentState
 }
 
 // newSession returns a session of tenant/id as its create record cs
@@ -153,7 +160,7 @@ func (a *Agent) newSession(tenant, id string, cs events.CreateStart, secrets map
 func (s *session) takeUp(h history) {
 	s.chain.MoveTo(events.Position{Seq: h.state.LastSeq, StreamSeq: h.tail.StreamSeq, Hash: h.tail.Hash})
 	s.mu.Lock()
-	s.status, s.lastSnap = h.state.Status, h.snap
+	s.status, s.lastSnap, s.snaps = h.state.Status, h.snap, h.snaps
 	if h.egress != nil {
 		s.setEgressLocked(*h.egress)
 	}
@@ -213,10 +220,33 @@ func (s *session) snapshot() *commands.Snapshot {
 	return s.lastSnap
 }
 
+// setSnapshot makes snap the session's newest snapshot (a persist's,
+// or the same one again when nothing changed).
 func (s *session) setSnapshot(snap *commands.Snapshot) {
 	s.mu.Lock()
 	s.lastSnap = snap
+	if snap != nil && (len(s.snaps) == 0 || s.snaps[len(s.snaps)-1].ID != snap.ID) {
+		s.snaps = append(s.snaps, *snap)
+	}
 	s.mu.Unlock()
+}
+
+// snapshotAt returns the last snapshot the session recorded at or before
+// seq: not_found when there is none.
+func (s *session) snapshotAt(seq uint64) (*commands.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var best *commands.Snapshot
+	for i := range s.snaps {
+		if sn := &s.snaps[i]; sn.Seq <= seq && (best == nil || sn.Seq >= best.Seq) {
+			best = sn
+		}
+	}
+	if best == nil {
+		return nil, errcode.New(errcode.NotFound, "session %s recorded no snapshot at or before seq %d", s.id, seq)
+	}
+	snap := *best
+	return &snap, nil
 }
 
 func (s *session) getEpoch() uint64 {
@@ -268,6 +298,9 @@ type history struct {
 	node  string
 	epoch uint64
 	snap  *commands.Snapshot // the newest snapshot, nil before the first
+	// snaps are every snapshot recorded, oldest first (an unchanged
+	// persist's, which names the one before, once).
+	snaps []commands.Snapshot
 	// egress is the policy of the latest resume that changed it (nil:
 	// the create's).
 	egress *commands.Egress
@@ -313,6 +346,9 @@ func (a *Agent) readHistory(ctx context.Context, tenant, id string) (h history, 
 		case commands.OpPersist, commands.OpStop:
 			if d, err := events.DecodeData[events.SnapshotFinish](ev); err == nil && d.Snapshot != nil {
 				h.snap = d.Snapshot
+				if n := len(h.snaps); n == 0 || h.snaps[n-1].ID != d.Snapshot.ID {
+					h.snaps = append(h.snaps, *d.Snapshot)
+				}
 			}
 		}
 	}

@@ -47,12 +47,9 @@ func (a *Agent) workspaces(ctx context.Context) (*objectstore.Store, error) {
 	return st, nil
 }
 
-// persist streams the session's workspace into a new snapshot.
-func (a *Agent) persist(ctx context.Context, s *session) (*commands.Snapshot, error) {
-	store, err := a.workspaces(ctx)
-	if err != nil {
-		return nil, err
-	}
+// persistTar streams the session's workspace into a new tar snapshot
+// (Config.Snapshots tar).
+func (a *Agent) persistTar(ctx context.Context, s *session, store *objectstore.Store) (*commands.Snapshot, error) {
 	sb := s.sandbox()
 	pr, pw := io.Pipe()
 	type exported struct {
@@ -111,17 +108,34 @@ func (f *readFailure) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// restore replaces the workspace of sb with a snapshot of the session (or
-// an uploaded archive when upload is set): the archive is downloaded to a
-// temporary file, verified against its digest, checked whole, and only
-// then extracted.
-func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, snapshotID, upload string) (archive.Stats, error) {
+// restoreTar replaces the workspace of sb with a tar snapshot of the
+// session owner (of s's tenant), or an uploaded archive when upload is
+// set (see restoreArchive).
+func (a *Agent) restoreTar(ctx context.Context, s *session, sb runtime.Sandbox, owner, snapshotID, upload string) (archive.Stats, error) {
 	store, err := a.workspaces(ctx)
 	if err != nil {
 		return archive.Stats{}, err
 	}
+	return a.restoreArchive(ctx, sb, func(w io.Writer) error {
+		var err error
+		if upload != "" {
+			_, err = store.FetchObject(ctx, upload, nil, w)
+		} else {
+			_, err = store.FetchTee(ctx, s.tenant, owner, snapshotID, nil, w)
+		}
+		return err
+	})
+}
+
+// restoreArchive replaces the workspace of sb with the archive fill
+// writes (a download verified against its digest, or a manifest's tar
+// whose every chunk is verified), all or nothing: the archive is extracted
+// into the sandbox's staging area as it arrives and swapped in only once
+// fill returned and every member passed. A runtime that cannot stage gets
+// it through a checked temporary file and ImportWorkspace.
+func (a *Agent) restoreArchive(ctx context.Context, sb runtime.Sandbox, fill func(w io.Writer) error) (archive.Stats, error) {
 	if st, ok := sb.(stager); ok {
-		return a.restoreStaged(ctx, s, st, store, snapshotID, upload)
+		return a.restoreStaged(ctx, st, fill)
 	}
 	f, err := os.CreateTemp("", "paddock-hydrate-*.tar")
 	if err != nil {
@@ -147,11 +161,7 @@ func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, sna
 		pr.CloseWithError(err)
 		checked <- err
 	}()
-	if upload != "" {
-		_, err = store.FetchObject(ctx, upload, f, pw)
-	} else {
-		_, err = store.FetchTee(ctx, s.tenant, s.id, snapshotID, f, pw)
-	}
+	err = fill(io.MultiWriter(f, pw))
 	pw.CloseWithError(err)
 	cerr := <-checked
 	if err != nil {
@@ -173,17 +183,17 @@ func (a *Agent) restore(ctx context.Context, s *session, sb runtime.Sandbox, sna
 
 // stager is a runtime sandbox that can extract an archive beside its
 // workspace while the archive arrives and swap it in afterwards, all or
-// nothing (both built-in runtimes). restore falls back to a checked
+// nothing (both built-in runtimes). restoreArchive falls back to a checked
 // temporary file and ImportWorkspace for a runtime that is not one.
 type stager interface {
 	StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error)
 }
 
 // restoreStaged extracts the archive into the sandbox's staging area as
-// it downloads, and swaps it in only once the download is whole, its
-// digest matched and every member passed; otherwise the staging area is
-// removed and the workspace is as it was.
-func (a *Agent) restoreStaged(ctx context.Context, s *session, stg stager, store *objectstore.Store, snapshotID, upload string) (archive.Stats, error) {
+// fill writes it, and swaps it in only once fill succeeded (a download
+// whole with its digest matched) and every member passed; otherwise the
+// staging area is removed and the workspace is as it was.
+func (a *Agent) restoreStaged(ctx context.Context, stg stager, fill func(w io.Writer) error) (archive.Stats, error) {
 	type staged struct {
 		st     archive.Stats
 		commit func() error
@@ -206,12 +216,7 @@ func (a *Agent) restoreStaged(ctx context.Context, s *session, stg stager, store
 		pr.CloseWithError(err)
 		ch <- out
 	}()
-	var err error
-	if upload != "" {
-		_, err = store.FetchObject(ctx, upload, nil, pw)
-	} else {
-		_, err = store.FetchTee(ctx, s.tenant, s.id, snapshotID, nil, pw)
-	}
+	err := fill(pw)
 	pw.CloseWithError(err)
 	out := <-ch
 	if err != nil || out.err != nil {
@@ -258,11 +263,11 @@ func runPersist(ctx context.Context, a *Agent, s *session, _ *none) (outcome, er
 	if err := requireStatus(s, commands.OpPersist, projection.StatusRunning, projection.StatusStopped); err != nil {
 		return outcome{}, err
 	}
-	snap, err := a.persist(ctx, s)
+	p, err := a.persistWorkspace(ctx, s)
 	if err != nil {
 		return outcome{}, err
 	}
-	return outcome{result: commands.SnapshotResult{Snapshot: snap}, data: events.SnapshotFinish{Snapshot: snap}}, nil
+	return outcome{result: commands.SnapshotResult{Snapshot: p.snap}, data: p.finish("")}, nil
 }
 
 func hydrateStart(_ *Agent, _ *session, args *commands.HydrateArgs) any {
@@ -270,7 +275,7 @@ func hydrateStart(_ *Agent, _ *session, args *commands.HydrateArgs) any {
 }
 
 // runHydrate replaces the workspace with a snapshot or an upload, all or
-// nothing (see restore).
+// nothing (see restoreArchive), and records what that changed.
 func runHydrate(ctx context.Context, a *Agent, s *session, args *commands.HydrateArgs) (outcome, error) {
 	if err := requireStatus(s, commands.OpHydrate, projection.StatusRunning); err != nil {
 		return outcome{}, err
@@ -280,7 +285,15 @@ func runHydrate(ctx context.Context, a *Agent, s *session, args *commands.Hydrat
 			return outcome{}, err
 		}
 	}
-	st, err := a.restore(ctx, s, s.sandbox(), args.SnapshotID, args.Upload)
+	sb := s.sandbox()
+	before, berr := a.liveManifest(ctx, s, sb)
+	var r restored
+	var err error
+	if args.Upload != "" {
+		r.st, err = a.restoreTar(ctx, s, sb, s.id, "", args.Upload)
+	} else {
+		r, err = a.restoreFrom(ctx, s, sb, s.id, args.SnapshotID)
+	}
 	if err != nil {
 		return outcome{}, err
 	}
@@ -289,6 +302,17 @@ func runHydrate(ctx context.Context, a *Agent, s *session, args *commands.Hydrat
 			_ = store.Delete(context.WithoutCancel(ctx), args.Upload)
 		}
 	}
-	r := commands.HydrateResult{Members: st.Members, Bytes: st.Bytes}
-	return outcome{result: r, data: events.HydrateFinish{Members: r.Members, Bytes: r.Bytes}}, nil
+	d := events.HydrateFinish{Members: r.st.Members, Bytes: r.st.Bytes, Chunks: r.chunks}
+	after, aerr := r.manifest, error(nil)
+	if after == nil {
+		after, aerr = a.liveManifest(ctx, s, sb)
+	}
+	if err := errors.Join(berr, aerr); err != nil {
+		// The hydrate is done; only its record of what changed is missing.
+		a.logger.Warn("hydrate: cannot say what it changed", "tenant", s.tenant, "session", s.id, "err", err)
+	} else {
+		d.Changes = changesOf(before, after)
+	}
+	res := commands.HydrateResult{Members: d.Members, Bytes: d.Bytes}
+	return outcome{result: res, data: d}, nil
 }

@@ -3,6 +3,7 @@ package objectstore
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -24,6 +25,10 @@ func (s *Store) JS() jetstream.JetStream { return s.js }
 
 // Bucket is the bucket's name.
 func (s *Store) Bucket() string { return s.bucket }
+
+// WithRenewAge returns a store on the same bucket whose uploads renew a
+// chunk they skip once it is older than d (ChunkRenewAge in production).
+func (s *Store) WithRenewAge(d time.Duration) *Store { c := *s; c.renewAge = d; return &c }
 
 var (
 	ChunkSubject    = chunkSubject

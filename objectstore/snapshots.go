@@ -22,6 +22,7 @@ import (
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/snapshot"
 	"github.com/paddock-dev/paddock/storage"
 )
 
@@ -54,6 +55,8 @@ type Store struct {
 	zstd   bool // write FormatTarZstd instead of FormatTar
 	meter  ByteMeter
 	limits PutLimits
+	// renewAge is ChunkRenewAge unless a test sets it.
+	renewAge time.Duration
 }
 
 // WithLimits returns a store on the same bucket whose puts publish within
@@ -131,10 +134,8 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, seq uint64,
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if _, err := s.obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted()); err == nil {
-		return Snapshot{}, errcode.New(errcode.AlreadyExists, "snapshot %s already exists", name)
-	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "snapshot "+name)
+	if err := s.checkFree(ctx, tenant, session, id); err != nil {
+		return Snapshot{}, err
 	}
 	// The fingerprint is the sha256 of the tar (what resume compares with
 	// a live workspace); the stored digest is that of the stored bytes,
@@ -180,12 +181,19 @@ func (s *Store) Put(ctx context.Context, tenant, session, id string, seq uint64,
 	return snap, nil
 }
 
-// Info returns a snapshot's description.
+// Info returns a snapshot's description, whichever its format: a
+// manifest snapshot's Size counts the chunks its persist stored. An
+// unknown snapshot is snapshot_not_found.
 func (s *Store) Info(ctx context.Context, tenant, session, id string) (Snapshot, error) {
-	name, err := SnapshotName(tenant, session, id)
+	name, err := ManifestName(tenant, session, id)
 	if err != nil {
 		return Snapshot{}, err
 	}
+	snap, err := s.info(ctx, id, name)
+	if errcode.Of(err) != errcode.SnapshotNotFound {
+		return snap, err
+	}
+	name, _ = SnapshotName(tenant, session, id)
 	return s.info(ctx, id, name)
 }
 
@@ -197,14 +205,7 @@ func (s *Store) info(ctx context.Context, id, name string) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, errcode.Wrap(errcode.Unavailable, err, "snapshot "+name)
 	}
-	m := info.Metadata
-	members, _ := strconv.Atoi(m["members"])
-	bytes, _ := strconv.ParseInt(m["bytes"], 10, 64)
-	seq, _ := strconv.ParseUint(m["seq"], 10, 64)
-	return Snapshot{
-		ID: id, Name: name, SHA256: m["sha256"], StoredSHA256: m["stored_sha256"], Size: int64(info.Size),
-		Members: members, Bytes: bytes, Format: m["format"], Seq: seq, Created: info.ModTime.UTC(),
-	}, nil
+	return describe(id, info), nil
 }
 
 // Fetch downloads a snapshot into f (truncated first) and verifies it
@@ -216,7 +217,8 @@ func (s *Store) Fetch(ctx context.Context, tenant, session, id string, f *os.Fil
 	return s.FetchTee(ctx, tenant, session, id, f, nil)
 }
 
-// FetchTee is Fetch that also writes every downloaded byte to tee (when not
+// FetchTee is Fetch (of a tar snapshot; a manifest snapshot is
+// invalid_request) that also writes every downloaded byte to tee (when not
 // nil), so that a caller can check the archive while it arrives; f may be
 // nil when tee is all the caller needs. An error
 // tee returns aborts the download and is returned as it is.
@@ -224,6 +226,9 @@ func (s *Store) FetchTee(ctx context.Context, tenant, session, id string, f *os.
 	snap, err := s.Info(ctx, tenant, session, id)
 	if err != nil {
 		return snap, err
+	}
+	if snap.Format == snapshot.Format {
+		return snap, errcode.New(errcode.InvalidRequest, "snapshot %s is a manifest: read it with GetManifest and its chunks", snap.Name)
 	}
 	want := snap.StoredSHA256
 	if want == "" && snap.Format == FormatTar {
@@ -452,9 +457,9 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 // stream (nats.go's object store layout: $O.<bucket>.C.<nuid>).
 func chunkSubject(bucket, nuid string) string { return "$O." + bucket + ".C." + nuid }
 
-// Snapshots returns the snapshots whose names start with prefix
-// (SnapshotPrefix: a tenant's, or one session's; "" for all), in name
-// order; uploads are not snapshots and are left out.
+// Snapshots returns the snapshots of both formats whose names start with
+// prefix (SnapshotPrefix: a tenant's, or one session's; "" for all), in
+// name order; uploads and chunks are not snapshots and are left out.
 func (s *Store) Snapshots(ctx context.Context, prefix string) ([]Snapshot, error) {
 	infos, err := s.obs.List(ctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
@@ -469,12 +474,7 @@ func (s *Store) Snapshots(ctx context.Context, prefix string) ([]Snapshot, error
 		if !ok || !strings.HasPrefix(info.Name, prefix) {
 			continue
 		}
-		m := info.Metadata
-		members, _ := strconv.Atoi(m["members"])
-		bytes, _ := strconv.ParseInt(m["bytes"], 10, 64)
-		seq, _ := strconv.ParseUint(m["seq"], 10, 64)
-		out = append(out, Snapshot{ID: id, Name: info.Name, SHA256: m["sha256"], StoredSHA256: m["stored_sha256"], Size: int64(info.Size),
-			Members: members, Bytes: bytes, Format: m["format"], Seq: seq, Created: info.ModTime.UTC()})
+		out = append(out, describe(id, info))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -490,14 +490,17 @@ func SnapshotPrefix(tenant, session string) string {
 }
 
 // ParseSnapshotName splits a snapshot's object name
-// (<tenant>/<session>/<id>.tar) into its parts; ok is false for any other
-// name (an upload).
+// (<tenant>/<session>/<id>.tar or <id>.manifest) into its parts; ok is
+// false for any other name (an upload, a chunk).
 func ParseSnapshotName(name string) (tenant, session, id string, ok bool) {
 	parts := strings.Split(name, "/")
 	if len(parts) != 3 || parts[0] == "uploads" {
 		return "", "", "", false
 	}
-	id, ok = strings.CutSuffix(parts[2], ".tar")
+	id, ok = strings.CutSuffix(parts[2], tarSuffix)
+	if !ok {
+		id, ok = strings.CutSuffix(parts[2], manifestSuffix)
+	}
 	if !ok {
 		return "", "", "", false
 	}
@@ -507,18 +510,14 @@ func ParseSnapshotName(name string) (tenant, session, id string, ok bool) {
 	return parts[0], parts[1], id, true
 }
 
-// DeleteSnapshot removes a snapshot and frees its space (see Delete): a
+// DeleteSnapshot removes a snapshot of either format and frees its space
+// (see Delete; a manifest's chunks go with a retention sweep): a
 // session restored from it later fails with snapshot_not_found. An
 // unknown snapshot is snapshot_not_found.
 func (s *Store) DeleteSnapshot(ctx context.Context, tenant, session, id string) error {
-	name, err := SnapshotName(tenant, session, id)
+	snap, err := s.Info(ctx, tenant, session, id)
 	if err != nil {
 		return err
 	}
-	if _, err := s.obs.GetInfo(ctx, name); errors.Is(err, jetstream.ErrObjectNotFound) {
-		return errcode.New(errcode.SnapshotNotFound, "no snapshot %s", name)
-	} else if err != nil {
-		return errcode.Wrap(errcode.Unavailable, err, "snapshot "+name)
-	}
-	return s.Delete(ctx, name)
+	return s.Delete(ctx, snap.Name)
 }

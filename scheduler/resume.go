@@ -30,5 +30,5 @@ func (s *Scheduler) handleResume(ctx context.Context, m *nats.Msg) {
 		s.respondSpan(m, span, commands.ErrorReply(errcode.New(errcode.InvalidState, "session %s is %s", r.SessionID, st.Status)))
 		return
 	}
-	s.respondSpan(m, span, s.place(ctx, want{runtime: st.Runtime, labels: st.NodeLabels}, "resume", tenant, forward(req, commands.ResumePlacement{Tenant: tenant, SessionID: r.SessionID, SecretEnv: r.SecretEnv, Empty: r.Empty, Egress: r.Egress})))
+	s.respondSpan(m, span, s.place(ctx, want{runtime: st.Runtime, labels: st.NodeLabels}, "resume", tenant, forward(req, commands.ResumePlacement{Tenant: tenant, SessionID: r.SessionID, SecretEnv: r.SecretEnv, Empty: r.Empty, Egress: r.Egress, AtSeq: r.AtSeq})))
 }

@@ -75,6 +75,9 @@ type config struct {
 	labels           string
 	exposeHost       string
 	zstdSnaps        bool
+	snapshotFormat   string
+	chunkCacheDir    string
+	chunkCacheBytes  int64
 	tenantConcurrent int
 	tenantSessions   int
 	creds            string
@@ -113,6 +116,9 @@ func registerFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
 	fs.StringVar(&cfg.exposeHost, "expose-host", "127.0.0.1", "IP the forwards of sessions' exposed ports listen on (0.0.0.0: the node's network)")
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "compress workspace snapshots with zstd (smaller for compressible workspaces)")
+	fs.StringVar(&cfg.snapshotFormat, "snapshot-format", "", "format persist writes: manifest (content-addressed: only changed chunks are uploaded; the default) or tar (the whole workspace each time; the default with --zstd-snapshots, which applies to it); both are restored")
+	fs.StringVar(&cfg.chunkCacheDir, "chunk-cache-dir", filepath.Join(os.TempDir(), "paddock-node-chunks"), "the node's cache of snapshot chunks, which restores read before the object store")
+	fs.Int64Var(&cfg.chunkCacheBytes, "chunk-cache-bytes", nodes.DefaultChunkCacheBytes, "bound of the chunk cache (0: no cache)")
 	fs.StringVar(&cfg.clusterPorts, "egress-cluster-ports", "", "more ports of the NATS cluster (route, leafnode, monitoring; comma separated) that no egress allow list reaches at a private address; its client ports, and NATS's defaults, are refused already")
 	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
 	f.metrics = metricsflags.Register(fs)
@@ -232,7 +238,8 @@ func runNode(ctx context.Context, f *nodeFlags, stderr io.Writer) error {
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
-				CompressSnapshots: cfg.zstdSnaps, Signer: signer, ExposeHost: cfg.exposeHost, Metrics: met, TracerProvider: tp,
+				CompressSnapshots: cfg.zstdSnaps, Snapshots: cfg.snapshotFormat, ChunkCacheDir: cfg.chunkCacheDir, ChunkCacheBytes: chunkCacheBytes(cfg.chunkCacheBytes),
+				Signer: signer, ExposeHost: cfg.exposeHost, Metrics: met, TracerProvider: tp,
 				Egress: nodes.EgressConfig{ClusterPorts: clusterPorts}, Disks: disks,
 			}, logger, rts...)
 			if err != nil {
@@ -266,4 +273,13 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// chunkCacheBytes is --chunk-cache-bytes as nodes.Config takes it: 0
+// (no cache) is negative there, where 0 is the default.
+func chunkCacheBytes(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

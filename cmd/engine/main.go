@@ -43,7 +43,7 @@ Usage:
   engine sandbox persist ID [--json]           snapshot the workspace; prints the snapshot id
   engine sandbox hydrate ID --from FILE.tar|- | --snapshot SNAP
                                                replace the workspace, all or nothing
-  engine sandbox resume ID [--secret-env K=V]... [--empty] [--egress MODE] [--allow DEST]... [--json]
+  engine sandbox resume ID [--secret-env K=V]... [--empty] [--at SEQ] [--egress MODE] [--allow DEST]... [--json]
                                                bring a stopped, shut down or lost session back
   engine sandbox fork ID [-n N] [--from SNAP | --at SEQ] [--secret-env K=V]... [--json]
                                                fork into N children (the parent's workspace at that point); prints their ids

@@ -50,7 +50,11 @@ type serveConfig struct {
 	nodeID      string
 	runtime     string
 	zstdSnaps   bool
-	capture     int
+	// snapshotFormat and chunkCacheBytes are the in-process node's
+	// snapshot format and chunk cache bound (0: none).
+	snapshotFormat  string
+	chunkCacheBytes int64
+	capture         int
 	// tenantConcurrent and tenantSessions are the in-process node's fair
 	// share (nodes.Config).
 	tenantConcurrent, tenantSessions int
@@ -100,6 +104,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.BoolVar(&cfg.noLocalNode, "no-local-node", false, "do not run a node agent in this process")
 	fs.StringVar(&cfg.nodeID, "node-id", hostNodeID(), "id of the in-process node")
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "the in-process node compresses workspace snapshots with zstd")
+	fs.StringVar(&cfg.snapshotFormat, "snapshot-format", "", "format the in-process node persists: manifest (content-addressed; the default) or tar (the default with --zstd-snapshots); both are restored")
+	fs.Int64Var(&cfg.chunkCacheBytes, "chunk-cache-bytes", nodes.DefaultChunkCacheBytes, "bound of the in-process node's snapshot chunk cache under --state-dir/chunks (0: no cache)")
 	fs.StringVar(&cfg.runtime, "runtime", "auto", "runtime of the in-process node: "+runtimes.Modes+" (auto: Docker when its daemon answers)")
 	fs.IntVar(&cfg.tenantConcurrent, "tenant-concurrency", 0, "most commands of one tenant in flight on the in-process node (default: a quarter of 256)")
 	fs.IntVar(&cfg.tenantSessions, "tenant-sessions", 0, "most sessions of one tenant on the in-process node (default: its capacity)")
@@ -314,6 +320,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 			agent, err := nodes.New(c.node, events.NewLog(njs, "", ""), nodes.Config{
 				ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, CompressSnapshots: cfg.zstdSnaps,
+				Snapshots: cfg.snapshotFormat, ChunkCacheDir: filepath.Join(cfg.stateDir, "chunks"), ChunkCacheBytes: cfg.chunkCache(),
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				Signer: c.nodeSigner, Metrics: cfg.metrics, TracerProvider: tp, Disks: disks,
 				Egress: nodes.EgressConfig{ClusterPorts: append(c.serverPorts, cfg.clusterPorts...)},
@@ -595,3 +602,12 @@ func connectExternal(lc fx.Lifecycle, cfg serveConfig) (conns, error) {
 // formed, or a loaded machine, JetStream may take a while to place the
 // streams (readiness.RetryTransient tries again meanwhile).
 const startTimeout = 60 * time.Second
+
+// chunkCache is --chunk-cache-bytes as nodes.Config takes it: 0 (no
+// cache) is negative there, where 0 is the default.
+func (c *serveConfig) chunkCache() int64 {
+	if c.chunkCacheBytes <= 0 {
+		return -1
+	}
+	return c.chunkCacheBytes
+}

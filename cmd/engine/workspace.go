@@ -16,7 +16,7 @@ import (
 //	engine sandbox persist ID [--json]                 prints the snapshot id
 //	engine sandbox hydrate ID --from FILE.tar|-        replace the workspace with an archive
 //	engine sandbox hydrate ID --snapshot SNAP          ... or with one of its snapshots
-//	engine sandbox resume ID [--secret-env K=V]... [--empty] [--egress MODE] [--allow DEST]... [--json]
+//	engine sandbox resume ID [--secret-env K=V]... [--empty] [--at SEQ] [--egress MODE] [--allow DEST]... [--json]
 func sandboxWorkspace(ctx context.Context, base globals, sub string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var g globals
 	fs := newFlagSet("sandbox "+sub, stderr)
@@ -27,6 +27,7 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 	secrets := kvFlag{}
 	fs.Var(secrets, "secret-env", "resume: secret environment variable K=V for a re-created sandbox (repeatable)")
 	empty := fs.Bool("empty", false, "resume: a session that has no snapshot (a lost one never persisted) comes back with an empty workspace")
+	atSeq := fs.Uint64("at", 0, "resume: restore the last snapshot recorded at or before this event seq (point-in-time restore; 0: the newest)")
 	var egress egressFlags
 	egress.register(fs, "resume")
 	pos, _, err := parseInterleaved(fs, args)
@@ -97,7 +98,7 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 		if err != nil {
 			return err
 		}
-		res, err := c.ResumeWith(ctx, id, commands.ResumeArgs{SecretEnv: sec, Empty: *empty, Egress: eg})
+		res, err := c.ResumeWith(ctx, id, commands.ResumeArgs{SecretEnv: sec, Empty: *empty, Egress: eg, AtSeq: *atSeq})
 		pr.done()
 		if err != nil {
 			return err

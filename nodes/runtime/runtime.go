@@ -69,6 +69,16 @@ type DiskLimiter interface {
 	DiskLimit() (bytes int64, mechanism string)
 }
 
+// HostWorkspace is a sandbox whose workspace the node can read as a
+// directory of its own host: the local runtime's workspace, a Docker
+// sandbox's loopfs mount. A snapshot then scans the directory (never
+// following a symlink) instead of exporting a tar of it. ok is false when
+// the workspace is not on the host (inside a container's own layer) or not
+// reachable now (shut down, a disk not mounted): the caller exports it.
+type HostWorkspace interface {
+	HostWorkspaceDir() (dir string, ok bool)
+}
+
 // Sandbox is one running (or stopped) sandbox. Its methods are safe for
 // concurrent use. Every path argument is a workspace path: relative to the
 // workspace root, or absolute under it (see Rel).

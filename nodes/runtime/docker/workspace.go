@@ -456,3 +456,17 @@ func removeTreesHost(holder string, prefixes ...string) error {
 	}
 	return errors.Join(errs...)
 }
+
+var _ runtime.HostWorkspace = (*Sandbox)(nil)
+
+// HostWorkspaceDir returns the workspace directory of the node's own mount
+// of the sandbox's loopfs disk. ok is false for the other disk mechanisms
+// (the workspace is in the container's writable layer), once the sandbox is
+// shut down, and while the disk is not mounted (a scan would find an empty
+// directory where the workspace is).
+func (s *Sandbox) HostWorkspaceDir() (string, bool) {
+	if s.disk.mechanism != runtime.DiskLoopFS || s.disk.dir == "" || s.checkNotGone("scan workspace") != nil || !mounted(s.disk) {
+		return "", false
+	}
+	return filepath.Join(s.disk.mnt(), diskWorkspace), true
+}

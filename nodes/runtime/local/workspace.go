@@ -108,3 +108,14 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 		}
 	}, nil
 }
+
+var _ runtime.HostWorkspace = (*Sandbox)(nil)
+
+// HostWorkspaceDir returns the workspace's host directory; ok is false
+// once the sandbox is shut down.
+func (s *Sandbox) HostWorkspaceDir() (string, bool) {
+	if _, err := s.fsRoot(); err != nil {
+		return "", false
+	}
+	return s.dir, true
+}
