@@ -3,7 +3,6 @@ package nodes
 import (
 	"context"
 
-	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
@@ -80,8 +79,9 @@ func (a *Agent) recordedPoint(ctx context.Context, s *session, id string, atSeq 
 
 // restoreParent fills a forked child's new sandbox with its parent's
 // snapshot: the snapshot's recorded root must be the one the lineage
-// names (else internal "lineage mismatch"), and the restore checks the
-// content against it.
+// names, and so must the root of the manifest restored (else internal
+// "lineage mismatch"); the restore checks every chunk against its digest
+// (a tar snapshot: the archive against its sha256).
 func (a *Agent) restoreParent(ctx context.Context, s *session, sb runtime.Sandbox, p commands.Parent) error {
 	store, err := a.workspaces(ctx)
 	if err != nil {
@@ -94,15 +94,12 @@ func (a *Agent) restoreParent(ctx context.Context, s *session, sb runtime.Sandbo
 	if got := commands.LineageRoot(&info); got != p.RootSHA256 {
 		return errcode.New(errcode.Internal, "lineage mismatch: snapshot %s of session %s has root %s, the fork names %s", p.Snapshot, p.SessionID, got, p.RootSHA256)
 	}
-	_, err = a.restoreSnapshot(ctx, s, sb, p.SessionID, p.Snapshot)
-	return err
-}
-
-// restoreSnapshot replaces sb's workspace with snapshot snapshotID of
-// session owner of s's tenant.
-//
-// Temporary, until the node's content-addressed restore (branch
-// i25-node) replaces it: today's tar restore, reading owner's snapshot.
-func (a *Agent) restoreSnapshot(ctx context.Context, s *session, sb runtime.Sandbox, owner, snapshotID string) (archive.Stats, error) {
-	return a.restore(ctx, &session{tenant: s.tenant, id: owner}, sb, snapshotID, "")
+	r, err := a.restoreFrom(ctx, s, sb, p.SessionID, p.Snapshot)
+	if err != nil {
+		return err
+	}
+	if r.manifest != nil && r.manifest.Root() != p.RootSHA256 {
+		return errcode.New(errcode.Internal, "lineage mismatch: the manifest restored from snapshot %s of session %s has root %s, the fork names %s", p.Snapshot, p.SessionID, r.manifest.Root(), p.RootSHA256)
+	}
+	return nil
 }
