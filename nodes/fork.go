@@ -40,8 +40,11 @@ func runFork(ctx context.Context, a *Agent, s *session, args *commands.ForkArgs)
 		if err != nil {
 			return outcome{}, err
 		}
+		// The point is this fork's start, whose finish records the
+		// snapshot (a workspace unchanged since its last snapshot gets
+		// that one again, made at an earlier seq).
 		d.Snapshot = snap
-		d.Parent = commands.Parent{SessionID: s.id, Seq: snap.Seq, Snapshot: snap.ID, RootSHA256: commands.LineageRoot(snap)}
+		d.Parent = commands.Parent{SessionID: s.id, Seq: startSeq(ctx), Snapshot: snap.ID, RootSHA256: commands.LineageRoot(snap)}
 	} else {
 		p, err := a.recordedPoint(ctx, s, args.SnapshotID, args.AtSeq)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/scheduler"
+	"github.com/paddock-dev/paddock/snapshot"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -143,7 +144,8 @@ func TestForkEight(t *testing.T) {
 			fin = &d
 		}
 	}
-	if fin == nil || !slices.Equal(fin.Children, res.Children) || fin.Snapshot == nil || fin.Snapshot.Seq != pt.Seq || fin.Parent != pt {
+	if fin == nil || !slices.Equal(fin.Children, res.Children) || fin.Snapshot == nil || fin.Snapshot.Seq != pt.Seq || fin.Parent != pt ||
+		fin.Snapshot.Format != snapshot.Format || fin.Snapshot.RootSHA256 != pt.RootSHA256 {
 		t.Fatalf("parent's fork finish %+v, want children %v and the snapshot at seq %d", fin, res.Children, pt.Seq)
 	}
 	// The projection: parent ↔ children.
@@ -352,4 +354,46 @@ func TestForkRefused(t *testing.T) {
 	}
 	_, err = c.Fork(ctx, p.SessionID, commands.ForkRequest{N: 1})
 	forkWantCode(t, "shut-down parent", err, errcode.InvalidState)
+}
+
+// TestForkLineageMismatch: a placement whose parent point names a root
+// other than the snapshot's (sent as the scheduler would, on the node's
+// create subject) fails the child's create with internal "lineage
+// mismatch", and no sandbox stays.
+func TestForkLineageMismatch(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{})
+	ctx := testenv.Context(t, time.Minute)
+	p, err := st.Client.Create(ctx, commands.CreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := st.Client.Persist(ctx, p.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		point commands.Parent
+		code  errcode.Code
+	}{
+		{"forged root", commands.Parent{SessionID: p.SessionID, Seq: snap.Seq, Snapshot: snap.ID, RootSHA256: strings.Repeat("f", 64)}, errcode.Internal},
+		{"no such snapshot", commands.Parent{SessionID: p.SessionID, Seq: snap.Seq, Snapshot: "nope", RootSHA256: commands.LineageRoot(&snap)}, errcode.SnapshotNotFound},
+	} {
+		child := "child-" + strings.ReplaceAll(tc.name, " ", "-")
+		body, _ := json.Marshal(map[string]any{"version": commands.Version, "args": commands.Placement{Tenant: "default", SessionID: child, Parent: &tc.point}})
+		m, err := st.Engine.Request(commands.Subjects{}.Node("node-1", "create"), body, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := client.DecodeReply(m.Data)
+		if err != nil || rep.Error == nil || rep.Error.Code != tc.code {
+			t.Fatalf("%s: reply %+v (%v), want %s", tc.name, rep.Error, err, tc.code)
+		}
+		if tc.code == errcode.Internal && !strings.Contains(rep.Error.Message, "lineage mismatch") {
+			t.Fatalf("%s: %q, want lineage mismatch", tc.name, rep.Error.Message)
+		}
+		if slices.Contains(st.Agent.Sessions(), "default/"+child) {
+			t.Fatalf("%s: the node still holds the child", tc.name)
+		}
+	}
 }
