@@ -45,6 +45,9 @@ type Agent struct {
 	// chunks is the node's local cache of snapshot chunks (nil: none);
 	// set once in New.
 	chunks *snapshot.Cache
+	// flights shares the fetches of chunks that concurrent restores want
+	// (a fork's children).
+	flights chunkFlights
 
 	// ctx is cancelled by Close once the drain bound has passed; in-flight
 	// operations run under it.

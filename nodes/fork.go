@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"time"
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
@@ -97,7 +98,22 @@ func (a *Agent) restoreParent(ctx context.Context, s *session, sb runtime.Sandbo
 	if got := commands.LineageRoot(&info); got != p.RootSHA256 {
 		return errcode.New(errcode.Internal, "lineage mismatch: snapshot %s of session %s has root %s, the fork names %s", p.Snapshot, p.SessionID, got, p.RootSHA256)
 	}
-	r, err := a.restoreFrom(ctx, s, sb, p.SessionID, p.Snapshot)
+	// A restore is all or nothing, so one that met a retryable error (the
+	// object store under the load of many children at once) is tried
+	// again, a few times.
+	var r restored
+	for attempt := 0; ; attempt++ {
+		r, err = a.restoreFrom(ctx, s, sb, p.SessionID, p.Snapshot)
+		if err == nil || !errcode.Of(err).Retryable() || attempt == 2 {
+			break
+		}
+		a.logger.Warn("fork: the child's restore failed; trying again", "tenant", s.tenant, "session", s.id, "attempt", attempt+1, "err", err)
+		select {
+		case <-time.After(time.Duration(200<<attempt) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if err != nil {
 		return err
 	}

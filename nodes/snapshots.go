@@ -400,7 +400,7 @@ func (a *Agent) restoreManifest(ctx context.Context, s *session, sb runtime.Sand
 				return b, nil
 			}
 		}
-		b, err := store.GetChunk(ctx, s.tenant, d)
+		b, err := a.flights.get(ctx, s.tenant+"/"+d, func(ctx context.Context) ([]byte, error) { return store.GetChunk(ctx, s.tenant, d) })
 		if err != nil {
 			return nil, err
 		}
