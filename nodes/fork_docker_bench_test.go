@@ -1,0 +1,67 @@
+package nodes_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// BenchmarkDockerFork8 forks a 100 MiB workspace (100 files of 1 MiB of
+// random bytes) into 8 children on one Docker node with a warm pool of
+// 9 (the parent's and the 8 children's), until all 8 are running, from a
+// snapshot the parent recorded. The pool is refilled, and the children
+// deleted, outside the timings.
+//
+//	go test -run '^$' -bench BenchmarkDockerFork8 -benchtime 3x ./nodes/
+func BenchmarkDockerFork8(b *testing.B) {
+	const pool = 9
+	st, rt, image := benchStack(b, 0, true, pool)
+	ctx := testenv.Context(b, 30*time.Minute)
+	p, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for i := range 100 {
+		_, _ = rand.Read(buf)
+		if _, err := st.Client.WriteFrom(ctx, p.SessionID, fmt.Sprintf("d%d/f%03d.bin", i%10, i), bytes.NewReader(buf), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	snap, err := st.Client.Persist(ctx, p.SessionID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pooled := 0
+	for b.Loop() {
+		b.StopTimer()
+		waitPool(b, rt, image, pool)
+		b.StartTimer()
+		res, err := st.Client.Fork(ctx, p.SessionID, commands.ForkRequest{N: 8, SnapshotID: snap.ID})
+		if err != nil || len(res.Children) != 8 {
+			b.Fatalf("fork: %v, %d children, failed %+v", err, len(res.Children), res.Failed)
+		}
+		b.StopTimer()
+		for _, c := range res.Children {
+			evs, err := st.Log.Session(ctx, "default", c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, ev := range evs {
+				if ev.Op == string(commands.OpCreate) && bytes.Contains(ev.Data, []byte(`"pooled":true`)) {
+					pooled++
+				}
+			}
+			if err := st.Client.Delete(ctx, c); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(pooled)/float64(8*b.N), "pooled_frac")
+}
