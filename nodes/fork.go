@@ -57,7 +57,8 @@ func runFork(ctx context.Context, a *Agent, s *session, args *commands.ForkArgs)
 }
 
 // recordedPoint finds in s's history the snapshot named id, or the last
-// one recorded (its finish) at or before seq atSeq.
+// one made at or before seq atSeq (the start seq of the op that recorded
+// it, as resume --at picks).
 func (a *Agent) recordedPoint(ctx context.Context, s *session, id string, atSeq uint64) (commands.Parent, error) {
 	evs, err := a.log.Session(ctx, s.tenant, s.id)
 	if err != nil {
@@ -68,7 +69,7 @@ func (a *Agent) recordedPoint(ctx context.Context, s *session, id string, atSeq 
 		switch {
 		case id != "" && r.Snapshot.ID == id:
 			found = &r
-		case id == "" && r.FinishSeq <= atSeq:
+		case id == "" && r.StartSeq <= atSeq:
 			found = &r
 		}
 	}
