@@ -259,14 +259,25 @@ func TestForkPoints(t *testing.T) {
 	if err != nil || !slices.Equal(r1.Children, r2.Children) || r1.Parent != r2.Parent {
 		t.Fatalf("retried fork: %v %+v, first %+v", err, r2, r1)
 	}
+	// A stopped parent forks too (its workspace persisted as it was).
+	if err := c.Stop(ctx, p.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := c.Fork(ctx, p.SessionID, commands.ForkRequest{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ReadFile(ctx, stopped.Children[0], "v.txt"); err != nil || string(got) != "two" {
+		t.Fatalf("child of a stopped parent reads %q (%v), want two", got, err)
+	}
 	forks := 0
 	for _, ev := range forkEvents(t, st, "default", p.SessionID) {
 		if ev.Op == string(commands.OpFork) && ev.Phase == events.PhaseStart {
 			forks++
 		}
 	}
-	if forks != 4 {
-		t.Fatalf("parent recorded %d fork starts, want 4 (the retry runs nothing)", forks)
+	if forks != 5 {
+		t.Fatalf("parent recorded %d fork starts, want 5 (the retry runs nothing)", forks)
 	}
 	if f := failures(auditAll(t, st)); len(f) > 0 {
 		t.Fatalf("audit verify after forks from recorded points: %v", f)
