@@ -324,7 +324,11 @@ func (u *Uploader) upload(name string, data []byte) (stored int64, skipped bool,
 	info, err := u.s.chunkInfo(u.ctx, name)
 	switch {
 	case err == nil:
-		return 0, true, u.s.renewChunk(u.ctx, info)
+		err = u.s.renewChunk(u.ctx, info)
+		if !errors.Is(err, jetstream.ErrUpdateMetaDeleted) {
+			return 0, true, err
+		}
+		// A sweep removed it meanwhile: store it again.
 	case errcode.Of(err) != errcode.NotFound:
 		return 0, false, err
 	}
