@@ -97,9 +97,16 @@ func chunkRefs(ctx context.Context, store *objectstore.Store, objects []objectst
 // plan (see PlanChunks); the error names every tenant whose chunks all
 // stay because a manifest could not be read.
 func sweepChunks(ctx context.Context, now time.Time, store *objectstore.Store, p Policy, objects []objectstore.Object, plan []Removal) ([]Removal, error) {
-	chunks, err := store.Chunks(ctx, "")
-	if err != nil || len(chunks) == 0 {
-		return nil, err
+	// The sweep's listing holds the chunks too: their info's ModTime is
+	// the object's Created.
+	var chunks []objectstore.ChunkObject
+	for _, o := range objects {
+		if t, d, ok := objectstore.ParseChunkName(o.Name); ok {
+			chunks = append(chunks, objectstore.ChunkObject{Tenant: t, Digest: d, Size: o.Size, Modified: o.Created})
+		}
+	}
+	if len(chunks) == 0 {
+		return nil, nil
 	}
 	refs, err := chunkRefs(ctx, store, objects, chunks, plan)
 	if err != nil {
