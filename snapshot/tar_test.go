@@ -248,7 +248,7 @@ func (w *countingWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); 
 // writer, a get for chunk i never starts while more than parallel+1
 // chunks would be held, and the file's bytes come out in order.
 func TestWriteTarPrefetchIsBoundedAndOrdered(t *testing.T) {
-	const n, parallel = 24, 3
+	const n, parallel = 12, 3
 	m, store := manifestOf(n)
 	index := map[string]int{}
 	for i, d := range m.Entries[2].Chunks {
