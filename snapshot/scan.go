@@ -24,6 +24,10 @@ import (
 // scanWorkers is how many files a scan hashes at once.
 const scanWorkers = 4
 
+// scanWalkers is how many directories a scan reads at once: a warm scan
+// is mostly stat calls.
+const scanWalkers = 4
+
 // racyWindow is how close to a scan's start a file's mtime or ctime may
 // be for the next scan to trust the digests this scan read: a file
 // written in the same timestamp tick as the scan read it could change
@@ -183,10 +187,15 @@ type scanner struct {
 	// afterRead, if set, is called after each read of a file.
 	afterRead func(rel string, attempt int)
 
-	entries []*Entry // in walk order; a job's worker fills in its file's
-	jobs    chan scanJob
+	jobs chan scanJob
+	// walkSlots bounds the walkers beside the first: a directory goes to
+	// a new walker when a slot is free, else it is walked in place.
+	walkSlots chan struct{}
+	walkers   sync.WaitGroup
+	cancel    context.CancelCauseFunc
 
 	mu      sync.Mutex // guards what follows
+	entries []*Entry   // a job's worker fills in its file's
 	files   map[string]cachedFile
 	hashed  int
 	hbytes  int64
@@ -226,7 +235,7 @@ func scanAt(ctx context.Context, dir string, skip archive.Skip, cache *HashCache
 	defer cancel(nil)
 	s := &scanner{
 		ctx: ctx, skip: skip, cache: cache, start: start, afterRead: afterRead, lim: Limits{}.withDefaults(),
-		jobs:  make(chan scanJob, 4*scanWorkers),
+		jobs: make(chan scanJob, 4*scanWorkers), walkSlots: make(chan struct{}, scanWalkers-1), cancel: cancel,
 		files: map[string]cachedFile{},
 	}
 	var wg sync.WaitGroup
@@ -248,9 +257,13 @@ func scanAt(ctx context.Context, dir string, skip archive.Skip, cache *HashCache
 		})
 	}
 	walkErr := s.walk(root, "")
+	if walkErr != nil {
+		cancel(walkErr) // stops the other walkers and the workers
+	}
+	s.walkers.Wait() // the directories handed to other walkers
 	close(s.jobs)
 	wg.Wait()
-	if walkErr == nil {
+	if walkErr == nil && ctx.Err() != nil {
 		walkErr = context.Cause(ctx)
 	}
 	if walkErr != nil {
@@ -314,7 +327,10 @@ func (s *scanner) member(r *os.Root, dirfd int, dirRel, name string) error {
 	if !utf8.ValidString(rel) {
 		return errcode.New(errcode.InvalidPath, "workspace path %q is not UTF-8: a manifest cannot hold it", rel)
 	}
-	if len(s.entries) >= s.lim.MaxEntries {
+	s.mu.Lock()
+	n := len(s.entries)
+	s.mu.Unlock()
+	if n >= s.lim.MaxEntries {
 		return errcode.New(errcode.PayloadTooLarge, "the workspace has more than %d entries", s.lim.MaxEntries)
 	}
 	for attempt := 0; ; attempt++ {
@@ -350,12 +366,25 @@ func (s *scanner) memberOnce(r *os.Root, dirfd int, rel, name string) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", errRaced, err)
 		}
-		defer sub.Close()
 		if fi, err := sub.Stat("."); err != nil || !sameInode(fi, &st) {
+			sub.Close()
 			return errRaced
 		}
-		s.entries = append(s.entries, &Entry{Path: rel, Kind: KindDir, Mode: mode})
-		return s.walk(sub, rel)
+		s.add(&Entry{Path: rel, Kind: KindDir, Mode: mode})
+		select {
+		case s.walkSlots <- struct{}{}:
+			s.walkers.Go(func() {
+				defer func() { <-s.walkSlots }()
+				defer sub.Close()
+				if err := s.walk(sub, rel); err != nil {
+					s.cancel(err)
+				}
+			})
+			return nil
+		default:
+			defer sub.Close()
+			return s.walk(sub, rel)
+		}
 	case unix.S_IFLNK:
 		target, err := readlinkat(dirfd, name)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -368,14 +397,14 @@ func (s *scanner) memberOnce(r *os.Root, dirfd int, rel, name string) error {
 			return errcode.New(errcode.InvalidPath, "symlink %q has a target that is empty or not UTF-8", rel)
 		}
 		// Linux gives symlinks no mode of their own: always 0777.
-		s.entries = append(s.entries, &Entry{Path: rel, Kind: KindSymlink, Mode: 0o777, Target: target})
+		s.add(&Entry{Path: rel, Kind: KindSymlink, Mode: 0o777, Target: target})
 		return nil
 	case unix.S_IFREG:
 		e := &Entry{Path: rel, Kind: KindFile, Mode: mode, Size: st.Size}
 		k := keyOf(&st)
 		if chunks, ok := s.cache.get(rel, k); ok {
 			e.Chunks = chunks
-			s.entries = append(s.entries, e)
+			s.add(e)
 			s.record(rel, e, k, true)
 			return nil
 		}
@@ -399,7 +428,7 @@ func (s *scanner) memberOnce(r *os.Root, dirfd int, rel, name string) error {
 			f.Close()
 			return errRaced
 		}
-		s.entries = append(s.entries, e)
+		s.add(e)
 		select {
 		case s.jobs <- scanJob{f: f, fd: fd, rel: rel, e: e, st: fst}:
 			return nil
@@ -443,6 +472,13 @@ func ignoringEINTR(fn func() error) error {
 			return err
 		}
 	}
+}
+
+// add records an entry.
+func (s *scanner) add(e *Entry) {
+	s.mu.Lock()
+	s.entries = append(s.entries, e)
+	s.mu.Unlock()
 }
 
 func (s *scanner) addSkipped() {
