@@ -149,8 +149,6 @@ type Scheduler struct {
 
 	mu       sync.Mutex          // guards the fields below
 	sessions *projector.Sessions // the sessions projection, once opened
-	// workspaces is the workspace bucket, once opened (see diff.go).
-	workspaces *objectstore.Store
 	nodes    map[string]nodeRecord
 	// heard is when the scheduler last heard any node's heartbeat.
 	heard   time.Time
@@ -166,6 +164,9 @@ type Scheduler struct {
 	changed chan struct{} // closed and replaced on every heartbeat
 	subs    []*nats.Subscription
 	closed  bool
+
+	// workspaces is the workspace bucket, once opened (see diff.go).
+	workspaces *objectstore.Store
 }
 
 // New returns a scheduler on nc that reads session events through log.
