@@ -261,3 +261,30 @@ func TestChunkRenew(t *testing.T) {
 		t.Fatal("chunk still there after DeleteChunk")
 	}
 }
+
+// FuzzChunkName: whatever a caller passes, a chunk name either is
+// refused or is exactly chunks/<tenant>/<64 hex>, parses back to the
+// same parts and is never a snapshot's name.
+func FuzzChunkName(f *testing.F) {
+	f.Add("acme", digestOf([]byte("x")))
+	f.Add("a/b", "../x")
+	f.Add("..", strings.Repeat("A", 64))
+	f.Fuzz(func(t *testing.T, tenant, digest string) {
+		name, err := objectstore.ChunkName(tenant, digest)
+		if err != nil {
+			if errcode.Of(err) != errcode.InvalidRequest {
+				t.Fatalf("ChunkName(%q, %q) = %v, want invalid_request", tenant, digest, err)
+			}
+			return
+		}
+		if strings.Count(name, "/") != 2 || !strings.HasPrefix(name, objectstore.ChunkPrefix(tenant)) || !objectstore.ValidDigest(digest) {
+			t.Fatalf("ChunkName(%q, %q) = %q", tenant, digest, name)
+		}
+		if tn, d, ok := objectstore.ParseChunkName(name); !ok || tn != tenant || d != digest {
+			t.Fatalf("ParseChunkName(%q) = %q, %q, %v", name, tn, d, ok)
+		}
+		if _, _, _, ok := objectstore.ParseSnapshotName(name); ok {
+			t.Fatalf("chunk name %q parses as a snapshot", name)
+		}
+	})
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/tracing"
 )
@@ -172,6 +173,9 @@ type Scheduler struct {
 	changed chan struct{} // closed and replaced on every heartbeat
 	subs    []*nats.Subscription
 	closed  bool
+
+	// workspaces is the workspace bucket, once opened (see diff.go).
+	workspaces *objectstore.Store
 }
 
 // New returns a scheduler on nc that reads session events through log.
@@ -223,6 +227,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		{s.subj.HeartbeatAll(), "", s.handleHeartbeat},
 		{s.subj.CreateAll(), QueueGroup, s.async(s.handleCreate)},
 		{s.subj.LookupAll(), QueueGroup, s.async(s.handleLookup)},
+		{s.subj.DiffAll(), QueueGroup, s.async(s.handleDiff)},
 		{s.subj.ResumeAll(), QueueGroup, s.async(s.handleResume)},
 		{s.subj.DeleteAll(), QueueGroup, s.async(s.handleDelete)},
 		{s.subj.ForkAll(), QueueGroup, s.async(s.handleFork)},

@@ -110,6 +110,7 @@ func leaves() []leaf {
 		{"sandbox hydrate", "ID --from FILE.tar|- | --snapshot SNAP", "replace the workspace, all or nothing", sbx("hydrate")},
 		{"sandbox resume", "ID", "bring a stopped, shut down or lost session back", sbx("resume")},
 		{"sandbox fork", "ID [-n N] [--from SNAP | --at SEQ]", "fork the session into N children; prints their ids", sbx("fork")},
+		{"sandbox diff", "ID [--from SEQ] [--to SEQ]", "paths created, modified, removed between two snapshots", sbx("diff")},
 		{"sandbox shell", "ID [-- CMD [ARG...]]", "a terminal in the sandbox; exits with its code", sbx("shell")},
 		{"sandbox proc start", "ID -- CMD [ARG...]", "start a process that outlives the call; prints its id", sbx("proc", "start")},
 		{"sandbox proc write", "ID PID [TEXT|-]", "write to a process's stdin", sbx("proc", "write")},

@@ -47,6 +47,8 @@ Usage:
                                                bring a stopped, shut down or lost session back
   engine sandbox fork ID [-n N] [--from SNAP | --at SEQ] [--secret-env K=V]... [--json]
                                                fork into N children (the parent's workspace at that point); prints their ids
+  engine sandbox diff ID [--from SEQ] [--to SEQ] [--limit N] [--json]
+                                               paths created (+), modified (~), removed (-) between two snapshots
   engine sandbox shell ID [-- CMD [ARG...]]    a terminal in the sandbox (default /bin/sh); exits with its code
   engine sandbox proc start ID [--tty] [--rows N --cols N] [--yield D] [--json] -- CMD [ARG...]
                                                start a process that outlives the call; prints its id
@@ -76,7 +78,7 @@ Usage:
                                                release, resume elsewhere; reports each session
   engine status [--json]                       servers, streams (replicas, leader, followers, bytes
                                                against their limits: warning at 80%), nodes, projectors
-  engine snapshot ls [SESSION] [--all-tenants] [--json]
+  engine snapshot ls [SESSION] [--all-tenants] [--totals] [--json]
                                                workspace snapshots and their sizes
   engine snapshot rm SESSION SNAPSHOT...|--all, rm --deleted [--all-tenants]
                                                delete snapshots (of deleted sessions): frees the quota
