@@ -143,6 +143,7 @@ func (c *Client) Exec(ctx context.Context, spec runtime.ExecSpec, maxOut int) (r
 	}
 	st, err := c.open(ctx, CallMsg{
 		Op: OpExec, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, TimeoutMS: spec.Timeout.Milliseconds(),
+		Changes: spec.Changes,
 	})
 	if err != nil {
 		return runtime.ExecResult{}, err
@@ -181,7 +182,7 @@ func (c *Client) Exec(ctx context.Context, spec runtime.ExecSpec, maxOut int) (r
 		case Result:
 			r, err := decodeResult("exec", f.Payload)
 			out := res()
-			out.ExitCode = r.ExitCode
+			out.ExitCode, out.Changes = r.ExitCode, r.Changes
 			return out, err
 		}
 	}
@@ -401,7 +402,9 @@ type process struct {
 	out  runtime.OutPipe
 	done chan struct{} // closed once the stream has ended
 	code int           // exit code, once done
-	err  error         // why the stream ended other than by a Result, once done
+	// changes is what the process changed, once done (when it asked)
+	changes *commands.Changes
+	err     error // why the stream ended other than by a Result, once done
 }
 
 // StartProcess starts a process through the supervisor: it returns once
@@ -420,6 +423,7 @@ func (c *Client) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (ru
 	}
 	st, err := c.open(ctx, CallMsg{
 		Op: OpProcess, Argv: spec.Argv, Env: env, Cwd: spec.Cwd, TTY: spec.TTY, Rows: rows, Cols: cols,
+		Changes: spec.Changes,
 	})
 	if err != nil {
 		return nil, err
@@ -474,7 +478,7 @@ func (p *process) pump() {
 			}
 		case Result:
 			r, err := decodeResult("proc", f.Payload)
-			p.code, p.err = r.ExitCode, err
+			p.code, p.err, p.changes = r.ExitCode, err, r.Changes
 			p.out.Finish(nil)
 			return
 		}
@@ -568,6 +572,15 @@ func (p *process) Wait(ctx context.Context) (int, error) {
 	case <-ctx.Done():
 		return 0, errcode.Wrap(errcode.Unavailable, ctx.Err(), "proc wait")
 	}
+}
+
+// Changes returns what the process changed in the workspace, once it has
+// exited and its supervisor reported it; nil before, or when none was.
+func (p *process) Changes() *commands.Changes {
+	if !p.exited() {
+		return nil
+	}
+	return p.changes
 }
 
 // Close kills what is left of the process and frees its buffer.

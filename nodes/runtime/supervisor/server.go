@@ -208,6 +208,7 @@ func (srv *Server) exec(ctx context.Context, sb *local.Sandbox, s *Stream, call 
 	out, errw := s.Writer(ctx, Data), s.Writer(ctx, Stderr)
 	res, err := sb.Exec(ctx, runtime.ExecSpec{
 		Argv: call.Argv, Env: call.Env, Cwd: call.Cwd, Timeout: time.Duration(call.TimeoutMS) * time.Millisecond,
+		Changes:   call.Changes,
 		MaxOutput: 1, // the node keeps the output; this end only streams it
 		Output: func(stderr bool, p []byte) {
 			if stderr {
@@ -217,7 +218,7 @@ func (srv *Server) exec(ctx context.Context, sb *local.Sandbox, s *Stream, call 
 			}
 		},
 	})
-	return ResultMsg{ExitCode: res.ExitCode}, err
+	return ResultMsg{ExitCode: res.ExitCode, Changes: res.Changes}, err
 }
 
 // process starts a process, says Started, then pumps its output out and
@@ -226,6 +227,7 @@ func (srv *Server) exec(ctx context.Context, sb *local.Sandbox, s *Stream, call 
 func (srv *Server) process(ctx context.Context, sb *local.Sandbox, s *Stream, call CallMsg) (ResultMsg, error) {
 	p, err := sb.StartProcess(ctx, runtime.ProcessSpec{
 		Argv: call.Argv, Env: call.Env, Cwd: call.Cwd, TTY: call.TTY, Rows: call.Rows, Cols: call.Cols,
+		Changes: call.Changes,
 	})
 	if err != nil {
 		return ResultMsg{}, err
@@ -248,7 +250,11 @@ func (srv *Server) process(ctx context.Context, sb *local.Sandbox, s *Stream, ca
 		return ResultMsg{}, err
 	}
 	code, err := p.Wait(ctx)
-	return ResultMsg{ExitCode: code}, err
+	res := ResultMsg{ExitCode: code}
+	if pc, ok := p.(runtime.ProcessChanges); ok {
+		res.Changes = pc.Changes()
+	}
+	return res, err
 }
 
 // pumpIn applies what the node sends to a process until ctx ends.
