@@ -35,8 +35,9 @@ type CallMsg struct {
 	Mode      uint32 `json:"mode,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
 	Parents   bool   `json:"parents,omitempty"`
-	// Changes (exec and proc) asks for what the command changed in the
-	// workspace, in its Result; an older supervisor ignores it.
+	// Changes (exec, proc, write, rm, mkdir) asks for what the call
+	// changed in the workspace, in its Result; an older supervisor
+	// ignores it.
 	Changes bool `json:"changes,omitempty"`
 }
 
@@ -52,8 +53,9 @@ type ResultMsg struct {
 	// EACCES or EPERM): the node does a file operation through the Docker
 	// API instead, as it always has.
 	Denied bool `json:"denied,omitempty"`
-	// Changes is what an exec or process that asked for it changed in the
-	// workspace, as the supervisor's watch saw it; an older node ignores it.
+	// Changes is what a call that asked for it changed in the workspace:
+	// an exec or process as the supervisor's watch saw it, a file
+	// operation exactly. An older node ignores it.
 	Changes *commands.Changes `json:"changes,omitempty"`
 }
 

@@ -145,7 +145,12 @@ func (srv *Server) handle(s *Stream, payload []byte) {
 		n, mode, err = sb.ReadFileTo(ctx, call.Path, s.Writer(ctx, Data), call.Limit)
 		res.Size, res.Mode = n, uint32(mode)
 	case OpWrite:
-		err = sb.WriteFileFrom(ctx, call.Path, &streamReader{s: s, ctx: ctx}, call.Size, fs.FileMode(call.Mode))
+		src := &streamReader{s: s, ctx: ctx}
+		if call.Changes {
+			res.Changes, err = sb.WriteFileChanges(ctx, call.Path, src, call.Size, fs.FileMode(call.Mode))
+		} else {
+			err = sb.WriteFileFrom(ctx, call.Path, src, call.Size, fs.FileMode(call.Mode))
+		}
 	case OpList:
 		var entries []byte
 		list, lerr := sb.List(ctx, call.Path)
@@ -157,9 +162,17 @@ func (srv *Server) handle(s *Stream, payload []byte) {
 			_, err = s.Writer(ctx, Data).Write(entries)
 		}
 	case OpRemove:
-		err = sb.Remove(ctx, call.Path, call.Recursive)
+		if call.Changes {
+			res.Changes, err = sb.RemoveChanges(ctx, call.Path, call.Recursive)
+		} else {
+			err = sb.Remove(ctx, call.Path, call.Recursive)
+		}
 	case OpMkdir:
-		err = sb.Mkdir(ctx, call.Path, call.Parents)
+		if call.Changes {
+			res.Changes, err = sb.MkdirChanges(ctx, call.Path, call.Parents)
+		} else {
+			err = sb.Mkdir(ctx, call.Path, call.Parents)
+		}
 	case OpProcess:
 		res, err = srv.process(ctx, sb, s, call)
 	case OpConfigure:
