@@ -75,6 +75,7 @@ type config struct {
 	labels           string
 	exposeHost       string
 	zstdSnaps        bool
+	changeAttr       bool
 	tenantConcurrent int
 	tenantSessions   int
 	creds            string
@@ -113,6 +114,7 @@ func registerFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&cfg.labels, "labels", "", "node labels K=V,K=V for placement")
 	fs.StringVar(&cfg.exposeHost, "expose-host", "127.0.0.1", "IP the forwards of sessions' exposed ports listen on (0.0.0.0: the node's network)")
 	fs.BoolVar(&cfg.zstdSnaps, "zstd-snapshots", false, "compress workspace snapshots with zstd (smaller for compressible workspaces)")
+	fs.BoolVar(&cfg.changeAttr, "change-attribution", true, "record what every exec, process, write, rm and mkdir changed in the workspace in its finish event")
 	fs.StringVar(&cfg.clusterPorts, "egress-cluster-ports", "", "more ports of the NATS cluster (route, leafnode, monitoring; comma separated) that no egress allow list reaches at a private address; its client ports, and NATS's defaults, are refused already")
 	fs.DurationVar(&cfg.reapGrace, "reap-grace", 5*time.Minute, "remove labelled sandboxes no session owns once they are this old")
 	f.metrics = metricsflags.Register(fs)
@@ -232,7 +234,7 @@ func runNode(ctx context.Context, f *nodeFlags, stderr io.Writer) error {
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
-				CompressSnapshots: cfg.zstdSnaps, Signer: signer, ExposeHost: cfg.exposeHost, Metrics: met, TracerProvider: tp,
+				CompressSnapshots: cfg.zstdSnaps, ChangeAttribution: &cfg.changeAttr, Signer: signer, ExposeHost: cfg.exposeHost, Metrics: met, TracerProvider: tp,
 				Egress: nodes.EgressConfig{ClusterPorts: clusterPorts}, Disks: disks,
 			}, logger, rts...)
 			if err != nil {
