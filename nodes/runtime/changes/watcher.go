@@ -122,6 +122,8 @@ type Watcher struct {
 	ffd   int      // its descriptor
 	fwd   int32    // its watch
 	fpre  string   // the prefix of fence names
+	dev   uint64   // the root's device and inode when the watch began
+	ino   uint64
 
 	fenceMu sync.Mutex // serialises fences, so their events come in seq order
 	nextSeq uint64     // last fence made; guarded by fenceMu
@@ -181,6 +183,11 @@ func Start(cfg Config) (*Watcher, error) {
 		return fail(err, "watch the workspace")
 	}
 	w.rootWD = int32(wd)
+	var st unix.Stat_t
+	if err := unix.Stat(root, &st); err != nil {
+		return fail(err, "stat the workspace")
+	}
+	w.dev, w.ino = st.Dev, st.Ino
 	w.nodes[w.rootWD] = &node{parent: -1, children: map[string]int32{}}
 	w.scan(w.rootWD, "", false)
 	w.f = os.NewFile(uintptr(fd), "inotify")
@@ -225,12 +232,18 @@ func (w *Watcher) Close() error {
 	return nil
 }
 
-// Stale reports whether the watched root was removed or moved away (a
-// workspace swapped by a restore): its owner should start a new watcher.
+// Stale reports whether the watched root was removed or moved away, or
+// Root names another directory now (a workspace swapped by a restore),
+// or the watcher is closed: its owner should start a new one.
 func (w *Watcher) Stale() bool {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.stale || w.closed
+	stale := w.stale || w.closed
+	w.mu.Unlock()
+	if stale {
+		return true
+	}
+	var st unix.Stat_t
+	return unix.Stat(w.cfg.Root, &st) != nil || st.Dev != w.dev || st.Ino != w.ino
 }
 
 // Watches returns how many directories are watched.
