@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -34,8 +35,10 @@ const (
 type Config struct {
 	// Root is the host directory of the workspace.
 	Root string
-	// FenceDir is where the watcher makes its private fence directory
-	// (default os.TempDir()); it must be outside Root.
+	// FenceDir is where the watcher makes its private fence directory;
+	// it must be outside Root. By default /dev/shm, else os.TempDir(): a
+	// fence is a mkdir and an rmdir, a few microseconds on tmpfs and a
+	// few hundred on a journalled disk.
 	FenceDir string
 	// MaxTracked bounds the distinct paths held to classify changes, over
 	// all open windows (default DefaultMaxTracked).
@@ -65,9 +68,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FenceWait <= 0 {
 		c.FenceWait = DefaultFenceWait
-	}
-	if c.FenceDir == "" {
-		c.FenceDir = os.TempDir()
 	}
 	return c
 }
@@ -118,12 +118,16 @@ type Watcher struct {
 	cfg   Config
 	fd    int
 	f     *os.File // fd, on Go's poller: Close unblocks the reader
-	fence string   // the private fence directory
-	ffd   int      // its descriptor
-	fwd   int32    // its watch
-	fpre  string   // the prefix of fence names
-	dev   uint64   // the root's device and inode when the watch began
+	rc    syscall.RawConn
+	fence string // the private fence directory
+	ffd   int    // its descriptor
+	fwd   int32  // its watch
+	fpre  string // the prefix of fence names
+	dev   uint64 // the root's device and inode when the watch began
 	ino   uint64
+
+	readMu sync.Mutex // serialises reading the descriptor and applying what was read
+	buf    []byte     // the read buffer; guarded by readMu
 
 	fenceMu sync.Mutex // serialises fences, so their events come in seq order
 	nextSeq uint64     // last fence made; guarded by fenceMu
@@ -167,7 +171,16 @@ func Start(cfg Config) (*Watcher, error) {
 		w.release()
 		return nil, errcode.Wrap(errcode.RuntimeError, err, "changes: "+what)
 	}
-	if w.fence, err = os.MkdirTemp(cfg.FenceDir, "paddock-fence-*"); err != nil {
+	dirs := []string{cfg.FenceDir}
+	if cfg.FenceDir == "" {
+		dirs = []string{"/dev/shm", os.TempDir()}
+	}
+	for _, d := range dirs {
+		if w.fence, err = os.MkdirTemp(d, "paddock-fence-*"); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		return fail(err, "fence directory")
 	}
 	if w.ffd, err = unix.Open(w.fence, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
@@ -191,6 +204,10 @@ func Start(cfg Config) (*Watcher, error) {
 	w.nodes[w.rootWD] = &node{parent: -1, children: map[string]int32{}}
 	w.scan(w.rootWD, "", false)
 	w.f = os.NewFile(uintptr(fd), "inotify")
+	if w.rc, err = w.f.SyscallConn(); err != nil {
+		return fail(err, "inotify")
+	}
+	w.buf = make([]byte, 64<<10)
 	w.wg.Go(w.readLoop)
 	return w, nil
 }
@@ -282,6 +299,9 @@ func (w *Watcher) End(ctx context.Context, tok Token) commands.Changes {
 	var seq uint64
 	w.makeFence(func(s uint64) { win.endSeq, seq = s, s }, func() { win.done, win.active, win.truncated = true, false, true })
 	if seq != 0 {
+		// The fence's event is queued: read it here rather than wait for
+		// the reader to be scheduled (the common case costs no switch).
+		_ = w.rc.Control(func(uintptr) { w.drain() })
 		w.await(ctx, seq, win)
 	}
 	w.mu.Lock()
@@ -376,27 +396,39 @@ func (win *window) result() commands.Changes {
 	return c
 }
 
-// readLoop reads events until Close.
+// readLoop reads events as they come until Close (Go's poller wakes it;
+// Close ends its wait).
 func (w *Watcher) readLoop() {
-	buf := make([]byte, 64<<10)
+	_ = w.rc.Read(func(uintptr) bool {
+		w.drain()
+		return false // wait for more
+	})
+}
+
+// drain reads and applies every queued event, under readMu so that
+// batches are applied in the order they were read.
+func (w *Watcher) drain() {
+	w.readMu.Lock()
+	defer w.readMu.Unlock()
 	for {
-		n, err := w.f.Read(buf)
-		if err != nil {
-			if errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EBADF) {
-				return
-			}
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
-				continue
-			}
+		n, err := unix.Read(w.fd, w.buf)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return
+		case err != nil || n <= 0:
 			w.mu.Lock()
 			w.stale = true
 			w.mu.Unlock()
 			return
 		}
 		w.mu.Lock()
-		w.apply(buf[:n])
-		close(w.read)
-		w.read = make(chan struct{})
+		w.apply(w.buf[:n])
+		if w.read != nil { // nil once closed
+			close(w.read)
+			w.read = make(chan struct{})
+		}
 		w.mu.Unlock()
 	}
 }
