@@ -151,6 +151,10 @@ type ExecReadFinish struct {
 type ExecFinish struct {
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
+	// Changes is what the command changed in the workspace, as a watch
+	// saw it (none when the node's change attribution is off, or on the
+	// Docker runtime without its supervisor).
+	Changes *commands.Changes `json:"changes,omitempty"`
 }
 
 // PathStart is the start data of read: the path as the client gave it.
@@ -178,6 +182,9 @@ type WriteStart struct {
 type WriteFinish struct {
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// Changes is what the write changed (exact): the file created or
+	// modified, and the parent directories it made.
+	Changes *commands.Changes `json:"changes,omitempty"`
 }
 
 // LsStart is an ls's start data.
@@ -205,6 +212,14 @@ type RmStart struct {
 // (false only with force).
 type RmFinish struct {
 	Removed bool `json:"removed"`
+	// Changes is every path the rm removed (exact).
+	Changes *commands.Changes `json:"changes,omitempty"`
+}
+
+// MkdirFinish is a mkdir's finish data: the directories it made (exact;
+// none when the node's change attribution is off).
+type MkdirFinish struct {
+	Changes *commands.Changes `json:"changes,omitempty"`
 }
 
 // MkdirStart is a mkdir's start data.
@@ -392,6 +407,9 @@ type ProcExitFinish struct {
 	ExitCode    *int   `json:"exit_code,omitempty"`
 	Reason      string `json:"reason"`
 	OutputBytes int64  `json:"output_bytes"`
+	// Changes is what the process changed in the workspace from its start
+	// to its exit, as a watch saw it (see ExecFinish.Changes).
+	Changes *commands.Changes `json:"changes,omitempty"`
 }
 
 // EgressStart is the start data of egress, which the node records for
@@ -484,6 +502,7 @@ func NewData(op string, phase Phase) any {
 		if start {
 			return new(MkdirStart)
 		}
+		return new(MkdirFinish)
 	case commands.OpRunning:
 		if !start {
 			return new(RunningFinish)

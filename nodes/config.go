@@ -48,6 +48,10 @@ type Config struct {
 	Capture Capture
 	// DefaultExecTimeout applies when an exec gives none (default 10m).
 	DefaultExecTimeout time.Duration
+	// ChangeAttribution records what every exec, process, write, rm and
+	// mkdir changed in the workspace in its finish event (nil: on; see
+	// docs/architecture.md, "What every op changed").
+	ChangeAttribution *bool
 	// ExposeHost is the address the forwards of sessions' exposed ports
 	// listen on (op port; default 127.0.0.1: reachable from this host
 	// only). 0.0.0.0 exposes them to the node's network.

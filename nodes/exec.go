@@ -47,7 +47,7 @@ func runExec(ctx context.Context, a *Agent, s *session, args *commands.ExecArgs)
 	r := s.redactor()
 	spec := runtime.ExecSpec{
 		Argv: argv(args), Env: args.Env, Cwd: args.Cwd, User: args.User,
-		Timeout: a.execTimeout(args), MaxOutput: maxOut + r.slack(),
+		Timeout: a.execTimeout(args), MaxOutput: maxOut + r.slack(), Changes: a.attribution(),
 	}
 	if args.Stream {
 		id := commandID(ctx)
@@ -77,7 +77,7 @@ func runExec(ctx context.Context, a *Agent, s *session, args *commands.ExecArgs)
 	result.Stderr, result.StderrEncoding = commands.EncodeOutput(stderr)
 	return outcome{
 		result:   result,
-		data:     events.ExecFinish{StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes},
+		data:     events.ExecFinish{StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes, Changes: res.Changes},
 		exitCode: &code, ok: &ok,
 		stdout: stdout, stderr: stderr, outTrunc: outTrunc, errTrunc: errTrunc,
 	}, nil

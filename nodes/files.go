@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -105,10 +106,11 @@ func runWrite(ctx context.Context, a *Agent, s *session, args *commands.WriteArg
 	if args.Upload != "" {
 		return a.writeLarge(ctx, s, args, mode)
 	}
-	if err := s.sandbox().WriteFile(ctx, args.Path, args.Content, mode); err != nil {
+	changed, err := a.writeFile(ctx, s, args.Path, bytes.NewReader(args.Content), int64(len(args.Content)), mode)
+	if err != nil {
 		return outcome{}, err
 	}
-	d := events.WriteFinish{Size: int64(len(args.Content)), SHA256: digest(args.Content)}
+	d := events.WriteFinish{Size: int64(len(args.Content)), SHA256: digest(args.Content), Changes: changed}
 	return outcome{result: commands.WriteResult{Size: d.Size, SHA256: d.SHA256}, data: d}, nil
 }
 
@@ -146,11 +148,12 @@ func (a *Agent) writeLarge(ctx context.Context, s *session, args *commands.Write
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return outcome{}, errcode.Wrap(errcode.Internal, err, "temporary file")
 	}
-	if err := s.sandbox().WriteFileFrom(ctx, args.Path, f, args.Size, mode); err != nil {
+	changed, err := a.writeFile(ctx, s, args.Path, f, args.Size, mode)
+	if err != nil {
 		return outcome{}, err
 	}
 	_ = store.Delete(context.WithoutCancel(ctx), args.Upload)
-	d := events.WriteFinish{Size: args.Size, SHA256: sum}
+	d := events.WriteFinish{Size: args.Size, SHA256: sum, Changes: changed}
 	return outcome{result: commands.WriteResult{Size: d.Size, SHA256: d.SHA256}, data: d}, nil
 }
 
@@ -210,8 +213,8 @@ func rmStart(_ *Agent, _ *session, args *commands.RmArgs) any {
 
 // runRm removes a path; with force a missing one is no error, as rm -f
 // has it.
-func runRm(ctx context.Context, _ *Agent, s *session, args *commands.RmArgs) (outcome, error) {
-	err := s.sandbox().Remove(ctx, args.Path, args.Recursive)
+func runRm(ctx context.Context, a *Agent, s *session, args *commands.RmArgs) (outcome, error) {
+	changed, err := a.remove(ctx, s, args.Path, args.Recursive)
 	removed := err == nil
 	if errcode.Of(err) == errcode.NotFound && args.Force {
 		err = nil
@@ -219,16 +222,17 @@ func runRm(ctx context.Context, _ *Agent, s *session, args *commands.RmArgs) (ou
 	if err != nil {
 		return outcome{}, err
 	}
-	return outcome{result: struct{}{}, data: events.RmFinish{Removed: removed}}, nil
+	return outcome{result: struct{}{}, data: events.RmFinish{Removed: removed, Changes: changed}}, nil
 }
 
 func mkdirStart(_ *Agent, _ *session, args *commands.MkdirArgs) any {
 	return events.MkdirStart{Path: args.Path, Parents: args.Parents}
 }
 
-func runMkdir(ctx context.Context, _ *Agent, s *session, args *commands.MkdirArgs) (outcome, error) {
-	if err := s.sandbox().Mkdir(ctx, args.Path, args.Parents); err != nil {
+func runMkdir(ctx context.Context, a *Agent, s *session, args *commands.MkdirArgs) (outcome, error) {
+	changed, err := a.mkdir(ctx, s, args.Path, args.Parents)
+	if err != nil {
 		return outcome{}, err
 	}
-	return outcome{result: struct{}{}}, nil
+	return outcome{result: struct{}{}, data: events.MkdirFinish{Changes: changed}}, nil
 }

@@ -273,15 +273,24 @@ func (a *Agent) watch(s *session, p *proc) {
 	if err == nil {
 		exit = &code
 	}
-	a.recordExit(s, p.id, exit, reason, total)
+	var wsChanges *commands.Changes
+	if pc, ok := p.p.(runtime.ProcessChanges); ok {
+		wsChanges = pc.Changes()
+	}
+	a.recordExitChanges(s, p.id, exit, reason, total, wsChanges)
 }
 
 // recordExit records a process's end as a proc_exit operation of the node.
 func (a *Agent) recordExit(s *session, id int64, code *int, reason string, total int64) {
+	a.recordExitChanges(s, id, code, reason, total, nil)
+}
+
+// recordExitChanges is recordExit with what the process changed.
+func (a *Agent) recordExitChanges(s *session, id int64, code *int, reason string, total int64, changed *commands.Changes) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	a.perform(ctx, s, commands.Request{Actor: "node:" + a.cfg.ID}, commands.OpProcExit, events.ProcRef{ProcessID: id}, func(context.Context) (outcome, error) {
-		return outcome{result: struct{}{}, data: events.ProcExitFinish{ProcessID: id, ExitCode: code, Reason: reason, OutputBytes: total}}, nil
+		return outcome{result: struct{}{}, data: events.ProcExitFinish{ProcessID: id, ExitCode: code, Reason: reason, OutputBytes: total, Changes: changed}}, nil
 	})
 }
 
@@ -431,7 +440,7 @@ func runProcStart(ctx context.Context, a *Agent, s *session, args *commands.Proc
 	}
 	rp, err := pr.StartProcess(ctx, runtime.ProcessSpec{
 		Argv: procArgv(args), Env: args.Env, Cwd: args.Cwd, User: args.User,
-		TTY: args.TTY, Rows: args.Rows, Cols: args.Cols,
+		TTY: args.TTY, Rows: args.Rows, Cols: args.Cols, Changes: a.attribution(),
 	})
 	if err != nil {
 		return outcome{}, err

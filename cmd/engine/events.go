@@ -245,6 +245,9 @@ func formatEvent(ev events.Event) string {
 		if ev.ErrorMessage != "" {
 			fmt.Fprintf(&b, " (%s)", ev.ErrorMessage)
 		}
+		if c := formatChanges(ev.Data); c != "" {
+			fmt.Fprintf(&b, " %s", c)
+		}
 	} else if len(ev.Data) > 0 && string(ev.Data) != "null" {
 		fmt.Fprintf(&b, " %s", ev.Data)
 	}

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"syscall"
+
+	"github.com/paddock-dev/paddock/commands"
 )
 
 // ProcessSpec is an interactive or background process to start.
@@ -21,6 +23,16 @@ type ProcessSpec struct {
 	// is a pipe and stdout and stderr are merged into one output stream.
 	TTY        bool
 	Rows, Cols uint16
+	// Changes asks the runtime to watch what the process changes in the
+	// workspace until it exits (ProcessChanges).
+	Changes bool
+}
+
+// ProcessChanges is a Process that can say what it changed in the
+// workspace (ProcessSpec.Changes). Changes returns nil until the process
+// has exited, and nil when nothing was watched.
+type ProcessChanges interface {
+	Changes() *commands.Changes
 }
 
 // Processes is implemented by sandboxes that run processes which outlive

@@ -146,6 +146,9 @@ type ExecSpec struct {
 	// in order per stream (before the cap). It may block: the command's
 	// output waits for it.
 	Output func(stderr bool, p []byte)
+	// Changes asks the runtime to watch what the command changes in the
+	// workspace (ExecResult.Changes); a runtime that cannot leaves it nil.
+	Changes bool
 }
 
 // Tee is a writer that gives what it gets to w and to out.
@@ -180,6 +183,10 @@ type ExecResult struct {
 	StderrBytes     int64
 	StdoutTruncated bool
 	StderrTruncated bool
+	// Changes is what the command changed in the workspace, as a watch
+	// saw it (ExecSpec.Changes); nil when it was not asked for or the
+	// runtime could not watch (the Docker runtime without its supervisor).
+	Changes *commands.Changes
 }
 
 // Found is a sandbox a runtime made before the node agent restarted, as

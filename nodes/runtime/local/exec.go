@@ -103,10 +103,12 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 	}
 	cmd.WaitDelay = drainDelay // backstop should the group kill fail
 
+	endChanges := s.beginChanges(spec.Changes)
 	p, err := s.start(cmd)
 	outW.Close()
 	errW.Close()
 	if err != nil {
+		endChanges(ctx)
 		var se *errcode.Error
 		if errors.As(err, &se) {
 			return runtime.ExecResult{}, err
@@ -138,6 +140,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 	_ = errR.SetReadDeadline(deadline)
 	drain.Wait()
 	stopped := s.finish(p)
+	changed := endChanges(ctx)
 
 	res := runtime.ExecResult{
 		ExitCode:        exitCode(cmd.ProcessState),
@@ -147,6 +150,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 		StderrBytes:     stderr.Total(),
 		StdoutTruncated: stdout.Truncated(),
 		StderrTruncated: stderr.Truncated(),
+		Changes:         changed,
 	}
 	switch {
 	case killed.Load() && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded):

@@ -15,11 +15,15 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 )
 
-var _ runtime.Processes = (*Sandbox)(nil)
+var (
+	_ runtime.Processes      = (*Sandbox)(nil)
+	_ runtime.ProcessChanges = (*process)(nil)
+)
 
 // StartProcess starts a process in the workspace in a session of its own,
 // with the environment an exec gets. With a TTY (a real pseudo-terminal,
@@ -95,11 +99,13 @@ func (s *Sandbox) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (r
 		p.out, p.in = outR, inW
 		child = []*os.File{inR, outW}
 	}
+	endChanges := s.beginChanges(spec.Changes)
 	tracked, err := s.start(cmd)
 	for _, f := range child {
 		f.Close()
 	}
 	if err != nil {
+		endChanges(ctx)
 		p.out.Close()
 		if p.in != p.out {
 			p.in.Close()
@@ -114,7 +120,7 @@ func (s *Sandbox) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (r
 		return exited(spec.Argv[0], 126, err.Error()), nil
 	}
 	p.pid = cmd.Process.Pid
-	go p.reap(s, cmd, tracked) // ends when the process exits (Close kills it)
+	go p.reap(s, cmd, tracked, endChanges) // ends when the process exits (Close kills it)
 	return p, nil
 }
 
@@ -125,20 +131,34 @@ type process struct {
 	out *os.File // the pty master, or the output pipe's read end
 	in  *os.File // the pty master, or the stdin pipe's write end
 
-	exited chan struct{} // closed once reaped; code is set then
-	code   int
+	exited  chan struct{} // closed once reaped; code and changes are set then
+	code    int
+	changes *commands.Changes
 
 	closeOnce sync.Once
 }
 
 // reap waits for the process, kills what it left in its session, and
 // records its exit code.
-func (p *process) reap(s *Sandbox, cmd *exec.Cmd, tracked *proc) {
+func (p *process) reap(s *Sandbox, cmd *exec.Cmd, tracked *proc, endChanges func(context.Context) *commands.Changes) {
 	_ = cmd.Wait()
 	p.code = exitCode(cmd.ProcessState)
 	killSession(p.pid, syscall.SIGKILL)
 	s.finish(tracked)
+	// The window's fence is bounded by the watcher's FenceWait.
+	p.changes = endChanges(context.Background())
 	close(p.exited)
+}
+
+// Changes returns what the process changed in the workspace once it has
+// exited (ProcessSpec.Changes); nil before, or when nothing was watched.
+func (p *process) Changes() *commands.Changes {
+	select {
+	case <-p.exited:
+		return p.changes
+	default:
+		return nil
+	}
 }
 
 // Read reads the process's output; the end of it (a pty master reads EIO

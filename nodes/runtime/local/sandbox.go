@@ -11,6 +11,7 @@ import (
 
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/changes"
 )
 
 type state int
@@ -34,6 +35,9 @@ type Sandbox struct {
 	root  *os.Root   // nil after Shutdown
 	state state
 	procs map[*proc]struct{} // running commands
+
+	watchMu sync.Mutex       // guards watch
+	watch   *changes.Watcher // the workspace's change watcher, started at the first exec that asks
 
 	// cleanups tracks the removals of replaced workspaces that run after a
 	// hydrate has answered; Shutdown waits for them.
@@ -76,7 +80,9 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	s.state = stateStopped
 	procs := s.killLocked()
 	s.mu.Unlock()
-	return waitProcs(ctx, procs)
+	err := waitProcs(ctx, procs)
+	s.closeWatcher()
+	return err
 }
 
 // Shutdown kills the sandbox's processes, waits for them (or for ctx) and
@@ -95,6 +101,7 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 
 	werr := waitProcs(ctx, procs)
+	s.closeWatcher()
 	_ = root.Close()
 	s.cleanups.Wait()
 	if s.sessionDir == "" {

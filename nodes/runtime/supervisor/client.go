@@ -143,6 +143,7 @@ func (c *Client) Exec(ctx context.Context, spec runtime.ExecSpec, maxOut int) (r
 	}
 	st, err := c.open(ctx, CallMsg{
 		Op: OpExec, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, TimeoutMS: spec.Timeout.Milliseconds(),
+		Changes: spec.Changes,
 	})
 	if err != nil {
 		return runtime.ExecResult{}, err
@@ -181,7 +182,7 @@ func (c *Client) Exec(ctx context.Context, spec runtime.ExecSpec, maxOut int) (r
 		case Result:
 			r, err := decodeResult("exec", f.Payload)
 			out := res()
-			out.ExitCode = r.ExitCode
+			out.ExitCode, out.Changes = r.ExitCode, r.Changes
 			return out, err
 		}
 	}
@@ -236,13 +237,20 @@ func (c *Client) ReadTo(ctx context.Context, p string, w io.Writer, limit int64)
 // WriteFrom writes a file of size bytes from src through the supervisor;
 // when the sandbox's user may not, a *DeniedWrite (matching ErrDenied)
 // carries the content to write another way.
-func (c *Client) WriteFrom(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode) (err error) {
+func (c *Client) WriteFrom(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode) error {
+	_, err := c.WriteFromChanges(ctx, p, src, size, mode, false)
+	return err
+}
+
+// WriteFromChanges is WriteFrom that, with changes, returns what the
+// write changed as the supervisor reports it (nil from one too old to).
+func (c *Client) WriteFromChanges(ctx context.Context, p string, src io.Reader, size int64, mode fs.FileMode, changes bool) (_ *commands.Changes, err error) {
 	if _, err := runtime.Rel(c.root, p); err != nil {
-		return err
+		return nil, err
 	}
-	st, err := c.open(ctx, CallMsg{Op: OpWrite, Path: p, Size: size, Mode: uint32(mode.Perm())})
+	st, err := c.open(ctx, CallMsg{Op: OpWrite, Path: p, Size: size, Mode: uint32(mode.Perm()), Changes: changes})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	buf := make([]byte, min(int64(Chunk), max(size, 1)))
 	var sent int64
@@ -266,7 +274,7 @@ func (c *Client) WriteFrom(ctx context.Context, p string, src io.Reader, size in
 					break // it answered early: its result says why
 				}
 				st.Abandon()
-				return supErr("write", err)
+				return nil, supErr("write", err)
 			}
 			sent += int64(k)
 			if sent <= Window {
@@ -276,20 +284,20 @@ func (c *Client) WriteFrom(ctx context.Context, p string, src io.Reader, size in
 		if rerr != nil {
 			st.Abandon()
 			if ctx.Err() != nil {
-				return errcode.Wrap(errcode.Unavailable, ctx.Err(), "write")
+				return nil, errcode.Wrap(errcode.Unavailable, ctx.Err(), "write")
 			}
-			return errcode.Wrap(errcode.InvalidRequest, rerr, fmt.Sprintf("write: the content ended after %d of %d bytes", sent, size))
+			return nil, errcode.Wrap(errcode.InvalidRequest, rerr, fmt.Sprintf("write: the content ended after %d of %d bytes", sent, size))
 		}
 	}
 	if err := st.Send(ctx, EOF, nil); err != nil && !errors.Is(err, ErrFinished) {
 		st.Abandon()
-		return supErr("write", err)
+		return nil, supErr("write", err)
 	}
-	_, err = finishOp(ctx, st, "write")
+	res, err := finishOp(ctx, st, "write")
 	if errors.Is(err, ErrDenied) && sent > Window {
-		return errcode.New(errcode.RuntimeError, "write: the sandbox's supervisor refused a file it had taken data of")
+		return nil, errcode.New(errcode.RuntimeError, "write: the sandbox's supervisor refused a file it had taken data of")
 	}
-	return err
+	return res.Changes, err
 }
 
 // DeniedWrite is a write the supervisor refused (ErrDenied), with the
@@ -366,30 +374,45 @@ func (c *Client) List(ctx context.Context, p string) ([]commands.Entry, error) {
 // Mkdir makes a directory (and with parents its missing parents) through
 // the supervisor; ErrDenied when the sandbox's user may not.
 func (c *Client) Mkdir(ctx context.Context, p string, parents bool) error {
-	return c.simple(ctx, CallMsg{Op: OpMkdir, Path: p, Parents: parents})
+	_, err := c.simple(ctx, CallMsg{Op: OpMkdir, Path: p, Parents: parents})
+	return err
+}
+
+// MkdirChanges is Mkdir that returns the directories it made, as the
+// supervisor reports them (nil from one too old to).
+func (c *Client) MkdirChanges(ctx context.Context, p string, parents bool) (*commands.Changes, error) {
+	res, err := c.simple(ctx, CallMsg{Op: OpMkdir, Path: p, Parents: parents, Changes: true})
+	return res.Changes, err
 }
 
 // Remove removes a path (a whole tree when recursive) through the
 // supervisor; ErrDenied when the sandbox's user may not.
 func (c *Client) Remove(ctx context.Context, p string, recursive bool) error {
-	return c.simple(ctx, CallMsg{Op: OpRemove, Path: p, Recursive: recursive})
+	_, err := c.simple(ctx, CallMsg{Op: OpRemove, Path: p, Recursive: recursive})
+	return err
+}
+
+// RemoveChanges is Remove that returns the paths it removed, as the
+// supervisor reports them (nil from one too old to).
+func (c *Client) RemoveChanges(ctx context.Context, p string, recursive bool) (*commands.Changes, error) {
+	res, err := c.simple(ctx, CallMsg{Op: OpRemove, Path: p, Recursive: recursive, Changes: true})
+	return res.Changes, err
 }
 
 // simple runs a call whose answer is only its result (rm, mkdir).
-func (c *Client) simple(ctx context.Context, call CallMsg) error {
+func (c *Client) simple(ctx context.Context, call CallMsg) (ResultMsg, error) {
 	rel, err := runtime.Rel(c.root, call.Path)
 	if err != nil {
-		return err
+		return ResultMsg{}, err
 	}
 	if call.Op == OpRemove && rel == "." {
-		return errcode.New(errcode.InvalidPath, "rm: the workspace root cannot be removed")
+		return ResultMsg{}, errcode.New(errcode.InvalidPath, "rm: the workspace root cannot be removed")
 	}
 	st, err := c.open(ctx, call)
 	if err != nil {
-		return err
+		return ResultMsg{}, err
 	}
-	_, err = finishOp(ctx, st, call.Op)
-	return err
+	return finishOp(ctx, st, call.Op)
 }
 
 // process is a process the supervisor runs. One goroutine (pump)
@@ -401,7 +424,9 @@ type process struct {
 	out  runtime.OutPipe
 	done chan struct{} // closed once the stream has ended
 	code int           // exit code, once done
-	err  error         // why the stream ended other than by a Result, once done
+	// changes is what the process changed, once done (when it asked)
+	changes *commands.Changes
+	err     error // why the stream ended other than by a Result, once done
 }
 
 // StartProcess starts a process through the supervisor: it returns once
@@ -420,6 +445,7 @@ func (c *Client) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (ru
 	}
 	st, err := c.open(ctx, CallMsg{
 		Op: OpProcess, Argv: spec.Argv, Env: env, Cwd: spec.Cwd, TTY: spec.TTY, Rows: rows, Cols: cols,
+		Changes: spec.Changes,
 	})
 	if err != nil {
 		return nil, err
@@ -474,7 +500,7 @@ func (p *process) pump() {
 			}
 		case Result:
 			r, err := decodeResult("proc", f.Payload)
-			p.code, p.err = r.ExitCode, err
+			p.code, p.err, p.changes = r.ExitCode, err, r.Changes
 			p.out.Finish(nil)
 			return
 		}
@@ -568,6 +594,15 @@ func (p *process) Wait(ctx context.Context) (int, error) {
 	case <-ctx.Done():
 		return 0, errcode.Wrap(errcode.Unavailable, ctx.Err(), "proc wait")
 	}
+}
+
+// Changes returns what the process changed in the workspace, once it has
+// exited and its supervisor reported it; nil before, or when none was.
+func (p *process) Changes() *commands.Changes {
+	if !p.exited() {
+		return nil
+	}
+	return p.changes
 }
 
 // Close kills what is left of the process and frees its buffer.

@@ -1,5 +1,7 @@
 package supervisor
 
+import "github.com/paddock-dev/paddock/commands"
+
 // The JSON messages of the protocol. Field names are short and stable:
 // they are the protocol.
 
@@ -33,6 +35,10 @@ type CallMsg struct {
 	Mode      uint32 `json:"mode,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
 	Parents   bool   `json:"parents,omitempty"`
+	// Changes (exec, proc, write, rm, mkdir) asks for what the call
+	// changed in the workspace, in its Result; an older supervisor
+	// ignores it.
+	Changes bool `json:"changes,omitempty"`
 }
 
 // ResultMsg ends a stream. Code is empty on success, else an error code
@@ -47,6 +53,10 @@ type ResultMsg struct {
 	// EACCES or EPERM): the node does a file operation through the Docker
 	// API instead, as it always has.
 	Denied bool `json:"denied,omitempty"`
+	// Changes is what a call that asked for it changed in the workspace:
+	// an exec or process as the supervisor's watch saw it, a file
+	// operation exactly. An older node ignores it.
+	Changes *commands.Changes `json:"changes,omitempty"`
 }
 
 // ControlMsg is a Ctl frame's JSON: from the node, a resize (Rows and

@@ -145,7 +145,12 @@ func (srv *Server) handle(s *Stream, payload []byte) {
 		n, mode, err = sb.ReadFileTo(ctx, call.Path, s.Writer(ctx, Data), call.Limit)
 		res.Size, res.Mode = n, uint32(mode)
 	case OpWrite:
-		err = sb.WriteFileFrom(ctx, call.Path, &streamReader{s: s, ctx: ctx}, call.Size, fs.FileMode(call.Mode))
+		src := &streamReader{s: s, ctx: ctx}
+		if call.Changes {
+			res.Changes, err = sb.WriteFileChanges(ctx, call.Path, src, call.Size, fs.FileMode(call.Mode))
+		} else {
+			err = sb.WriteFileFrom(ctx, call.Path, src, call.Size, fs.FileMode(call.Mode))
+		}
 	case OpList:
 		var entries []byte
 		list, lerr := sb.List(ctx, call.Path)
@@ -157,9 +162,17 @@ func (srv *Server) handle(s *Stream, payload []byte) {
 			_, err = s.Writer(ctx, Data).Write(entries)
 		}
 	case OpRemove:
-		err = sb.Remove(ctx, call.Path, call.Recursive)
+		if call.Changes {
+			res.Changes, err = sb.RemoveChanges(ctx, call.Path, call.Recursive)
+		} else {
+			err = sb.Remove(ctx, call.Path, call.Recursive)
+		}
 	case OpMkdir:
-		err = sb.Mkdir(ctx, call.Path, call.Parents)
+		if call.Changes {
+			res.Changes, err = sb.MkdirChanges(ctx, call.Path, call.Parents)
+		} else {
+			err = sb.Mkdir(ctx, call.Path, call.Parents)
+		}
 	case OpProcess:
 		res, err = srv.process(ctx, sb, s, call)
 	case OpConfigure:
@@ -208,6 +221,7 @@ func (srv *Server) exec(ctx context.Context, sb *local.Sandbox, s *Stream, call 
 	out, errw := s.Writer(ctx, Data), s.Writer(ctx, Stderr)
 	res, err := sb.Exec(ctx, runtime.ExecSpec{
 		Argv: call.Argv, Env: call.Env, Cwd: call.Cwd, Timeout: time.Duration(call.TimeoutMS) * time.Millisecond,
+		Changes:   call.Changes,
 		MaxOutput: 1, // the node keeps the output; this end only streams it
 		Output: func(stderr bool, p []byte) {
 			if stderr {
@@ -217,7 +231,7 @@ func (srv *Server) exec(ctx context.Context, sb *local.Sandbox, s *Stream, call 
 			}
 		},
 	})
-	return ResultMsg{ExitCode: res.ExitCode}, err
+	return ResultMsg{ExitCode: res.ExitCode, Changes: res.Changes}, err
 }
 
 // process starts a process, says Started, then pumps its output out and
@@ -226,6 +240,7 @@ func (srv *Server) exec(ctx context.Context, sb *local.Sandbox, s *Stream, call 
 func (srv *Server) process(ctx context.Context, sb *local.Sandbox, s *Stream, call CallMsg) (ResultMsg, error) {
 	p, err := sb.StartProcess(ctx, runtime.ProcessSpec{
 		Argv: call.Argv, Env: call.Env, Cwd: call.Cwd, TTY: call.TTY, Rows: call.Rows, Cols: call.Cols,
+		Changes: call.Changes,
 	})
 	if err != nil {
 		return ResultMsg{}, err
@@ -248,7 +263,11 @@ func (srv *Server) process(ctx context.Context, sb *local.Sandbox, s *Stream, ca
 		return ResultMsg{}, err
 	}
 	code, err := p.Wait(ctx)
-	return ResultMsg{ExitCode: code}, err
+	res := ResultMsg{ExitCode: code}
+	if pc, ok := p.(runtime.ProcessChanges); ok {
+		res.Changes = pc.Changes()
+	}
+	return res, err
 }
 
 // pumpIn applies what the node sends to a process until ctx ends.
