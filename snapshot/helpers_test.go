@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -14,11 +15,10 @@ import (
 
 // content returns n bytes that differ from any other seed's.
 func content(seed uint64, n int) []byte {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], seed)
 	b := make([]byte, n)
-	r := rand.New(rand.NewPCG(seed, 7))
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
+	_, _ = rand.NewChaCha8(key).Read(b)
 	return b
 }
 

@@ -18,10 +18,15 @@ import (
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
+	"golang.org/x/sys/unix"
 )
 
 // scanWorkers is how many files a scan hashes at once.
 const scanWorkers = 4
+
+// scanWalkers is how many directories a scan reads at once: a warm scan
+// is mostly stat calls.
+const scanWalkers = 4
 
 // racyWindow is how close to a scan's start a file's mtime or ctime may
 // be for the next scan to trust the digests this scan read: a file
@@ -35,7 +40,7 @@ type fileKey struct {
 	size, mtime, ctime int64 // ns since the epoch
 }
 
-func keyOf(st *syscall.Stat_t) fileKey {
+func keyOf(st *unix.Stat_t) fileKey {
 	return fileKey{
 		dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
 		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(),
@@ -97,7 +102,8 @@ type Scanned struct {
 	Manifest *Manifest
 
 	dir         string
-	locs        map[string]chunkLoc
+	locsOnce    sync.Once
+	locs        map[string]chunkLoc // built by the first Read
 	hashedFiles int
 	hashedBytes int64
 	skipped     int
@@ -117,6 +123,16 @@ func (s *Scanned) Skipped() int { return s.skipped }
 // (the sandbox changed or replaced the file since the scan) is
 // concurrency_conflict; a tree that cannot be read is runtime_error.
 func (s *Scanned) Read(digest string) ([]byte, error) {
+	s.locsOnce.Do(func() {
+		s.locs = make(map[string]chunkLoc)
+		for _, e := range s.Manifest.Entries {
+			for i, d := range e.Chunks {
+				if _, ok := s.locs[d]; !ok {
+					s.locs[d] = chunkLoc{path: e.Path, off: int64(i) * ChunkSize, length: chunkLen(e.Size, i)}
+				}
+			}
+		}
+	})
 	loc, ok := s.locs[digest]
 	if !ok {
 		return nil, errcode.New(errcode.NotFound, "chunk %s is not in the scanned manifest", digest)
@@ -155,9 +171,10 @@ func changed(rel string, err error) error {
 // be the inode it stat-ed, closed by the worker.
 type scanJob struct {
 	f   *os.File
+	fd  int // f's, not to be closed but through f
 	rel string
 	e   *Entry
-	st  syscall.Stat_t
+	st  unix.Stat_t
 }
 
 // scanner is one Scan's state.
@@ -170,12 +187,16 @@ type scanner struct {
 	// afterRead, if set, is called after each read of a file.
 	afterRead func(rel string, attempt int)
 
-	entries []*Entry // in walk order; a job's worker fills in its file's
-	jobs    chan scanJob
+	jobs chan scanJob
+	// walkSlots bounds the walkers beside the first: a directory goes to
+	// a new walker when a slot is free, else it is walked in place.
+	walkSlots chan struct{}
+	walkers   sync.WaitGroup
+	cancel    context.CancelCauseFunc
 
 	mu      sync.Mutex // guards what follows
+	entries []*Entry   // a job's worker fills in its file's
 	files   map[string]cachedFile
-	locs    map[string]chunkLoc
 	hashed  int
 	hbytes  int64
 	skipped int
@@ -214,27 +235,35 @@ func scanAt(ctx context.Context, dir string, skip archive.Skip, cache *HashCache
 	defer cancel(nil)
 	s := &scanner{
 		ctx: ctx, skip: skip, cache: cache, start: start, afterRead: afterRead, lim: Limits{}.withDefaults(),
-		jobs:  make(chan scanJob, 4*scanWorkers),
-		files: map[string]cachedFile{}, locs: map[string]chunkLoc{},
+		jobs: make(chan scanJob, 4*scanWorkers), walkSlots: make(chan struct{}, scanWalkers-1), cancel: cancel,
+		files: map[string]cachedFile{},
 	}
 	var wg sync.WaitGroup
 	for range scanWorkers {
 		wg.Go(func() {
+			var buf []byte // one chunk, made on the first file that needs it
 			for j := range s.jobs {
 				if ctx.Err() != nil {
 					j.f.Close()
 					continue
 				}
-				if err := s.hash(j); err != nil {
+				if n := min(j.st.Size, ChunkSize); int64(len(buf)) < n {
+					buf = make([]byte, ChunkSize)
+				}
+				if err := s.hash(j, buf); err != nil {
 					cancel(err)
 				}
 			}
 		})
 	}
 	walkErr := s.walk(root, "")
+	if walkErr != nil {
+		cancel(walkErr) // stops the other walkers and the workers
+	}
+	s.walkers.Wait() // the directories handed to other walkers
 	close(s.jobs)
 	wg.Wait()
-	if walkErr == nil {
+	if walkErr == nil && ctx.Err() != nil {
 		walkErr = context.Cause(ctx)
 	}
 	if walkErr != nil {
@@ -250,28 +279,31 @@ func scanAt(ctx context.Context, dir string, skip archive.Skip, cache *HashCache
 	}
 	cache.replace(s.files)
 	return &Scanned{
-		Manifest: m, dir: dir, locs: s.locs,
+		Manifest: m, dir: dir,
 		hashedFiles: s.hashed, hashedBytes: s.hbytes, skipped: s.skipped,
 	}, nil
 }
 
-// walk records the members of the directory r (at rel) and below.
+// walk records the members of the directory r (at rel) and below. The
+// members are stat-ed, read and opened relative to the directory's own
+// descriptor, one name at a time and never through a symlink.
 func (s *scanner) walk(r *os.Root, rel string) error {
 	d, err := r.Open(".")
 	if err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "read directory "+relOrRoot(rel))
 	}
+	defer d.Close()
 	names, err := d.Readdirnames(-1)
-	d.Close()
 	if err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "read directory "+relOrRoot(rel))
 	}
 	slices.Sort(names)
+	dirfd := int(d.Fd())
 	for _, name := range names {
 		if err := s.ctx.Err(); err != nil {
 			return context.Cause(s.ctx)
 		}
-		if err := s.member(r, rel, name); err != nil {
+		if err := s.member(r, dirfd, rel, name); err != nil {
 			return err
 		}
 	}
@@ -286,7 +318,7 @@ func relOrRoot(rel string) string {
 }
 
 // member records one directory member, and for a directory its tree.
-func (s *scanner) member(r *os.Root, dirRel, name string) error {
+func (s *scanner) member(r *os.Root, dirfd int, dirRel, name string) error {
 	rel := path.Join(dirRel, name)
 	if s.skip != nil && s.skip(rel) {
 		s.addSkipped()
@@ -295,11 +327,14 @@ func (s *scanner) member(r *os.Root, dirRel, name string) error {
 	if !utf8.ValidString(rel) {
 		return errcode.New(errcode.InvalidPath, "workspace path %q is not UTF-8: a manifest cannot hold it", rel)
 	}
-	if len(s.entries) >= s.lim.MaxEntries {
+	s.mu.Lock()
+	n := len(s.entries)
+	s.mu.Unlock()
+	if n >= s.lim.MaxEntries {
 		return errcode.New(errcode.PayloadTooLarge, "the workspace has more than %d entries", s.lim.MaxEntries)
 	}
 	for attempt := 0; ; attempt++ {
-		err := s.memberOnce(r, rel, name)
+		err := s.memberOnce(r, dirfd, rel, name)
 		if !errors.Is(err, errRaced) {
 			return err
 		}
@@ -312,21 +347,18 @@ func (s *scanner) member(r *os.Root, dirRel, name string) error {
 // errRaced is a path replaced between its stat and its open.
 var errRaced = errors.New("replaced between stat and open")
 
-func (s *scanner) memberOnce(r *os.Root, rel, name string) error {
-	fi, err := r.Lstat(name)
+func (s *scanner) memberOnce(r *os.Root, dirfd int, rel, name string) error {
+	var st unix.Stat_t
+	err := ignoringEINTR(func() error { return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) })
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // removed while walking
 	}
 	if err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "stat "+rel)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return errcode.New(errcode.Internal, "stat %s: no inode", rel)
-	}
-	mode := uint32(st.Mode) & 0o7777
-	switch fi.Mode().Type() {
-	case fs.ModeDir:
+	mode := st.Mode & 0o7777
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
 		sub, err := r.OpenRoot(name)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -334,14 +366,27 @@ func (s *scanner) memberOnce(r *os.Root, rel, name string) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", errRaced, err)
 		}
-		defer sub.Close()
-		if fi, err := sub.Stat("."); err != nil || !sameInode(fi, st) {
+		if fi, err := sub.Stat("."); err != nil || !sameInode(fi, &st) {
+			sub.Close()
 			return errRaced
 		}
-		s.entries = append(s.entries, &Entry{Path: rel, Kind: KindDir, Mode: mode})
-		return s.walk(sub, rel)
-	case fs.ModeSymlink:
-		target, err := r.Readlink(name)
+		s.add(&Entry{Path: rel, Kind: KindDir, Mode: mode})
+		select {
+		case s.walkSlots <- struct{}{}:
+			s.walkers.Go(func() {
+				defer func() { <-s.walkSlots }()
+				defer sub.Close()
+				if err := s.walk(sub, rel); err != nil {
+					s.cancel(err)
+				}
+			})
+			return nil
+		default:
+			defer sub.Close()
+			return s.walk(sub, rel)
+		}
+	case unix.S_IFLNK:
+		target, err := readlinkat(dirfd, name)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -352,33 +397,40 @@ func (s *scanner) memberOnce(r *os.Root, rel, name string) error {
 			return errcode.New(errcode.InvalidPath, "symlink %q has a target that is empty or not UTF-8", rel)
 		}
 		// Linux gives symlinks no mode of their own: always 0777.
-		s.entries = append(s.entries, &Entry{Path: rel, Kind: KindSymlink, Mode: 0o777, Target: target})
+		s.add(&Entry{Path: rel, Kind: KindSymlink, Mode: 0o777, Target: target})
 		return nil
-	case 0: // regular
+	case unix.S_IFREG:
 		e := &Entry{Path: rel, Kind: KindFile, Mode: mode, Size: st.Size}
-		k := keyOf(st)
+		k := keyOf(&st)
 		if chunks, ok := s.cache.get(rel, k); ok {
 			e.Chunks = chunks
-			s.entries = append(s.entries, e)
+			s.add(e)
 			s.record(rel, e, k, true)
 			return nil
 		}
-		f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		// O_NOFOLLOW: a symlink swapped in fails (ELOOP); O_NONBLOCK: a
+		// FIFO swapped in does not block the open.
+		var fd int
+		err := ignoringEINTR(func() (err error) {
+			fd, err = unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+			return err
+		})
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("%w: %w", errRaced, err)
 		}
-		var fst syscall.Stat_t
-		if err := syscall.Fstat(int(f.Fd()), &fst); err != nil || fst.Mode&syscall.S_IFMT != syscall.S_IFREG ||
+		f := os.NewFile(uintptr(fd), rel)
+		var fst unix.Stat_t
+		if err := unix.Fstat(fd, &fst); err != nil || fst.Mode&unix.S_IFMT != unix.S_IFREG ||
 			fst.Dev != st.Dev || fst.Ino != st.Ino {
 			f.Close()
 			return errRaced
 		}
-		s.entries = append(s.entries, e)
+		s.add(e)
 		select {
-		case s.jobs <- scanJob{f: f, rel: rel, e: e, st: fst}:
+		case s.jobs <- scanJob{f: f, fd: fd, rel: rel, e: e, st: fst}:
 			return nil
 		case <-s.ctx.Done():
 			f.Close()
@@ -391,9 +443,42 @@ func (s *scanner) memberOnce(r *os.Root, rel, name string) error {
 }
 
 // sameInode reports whether fi is the inode st describes.
-func sameInode(fi fs.FileInfo, st *syscall.Stat_t) bool {
+func sameInode(fi fs.FileInfo, st *unix.Stat_t) bool {
 	o, ok := fi.Sys().(*syscall.Stat_t)
 	return ok && o.Dev == st.Dev && o.Ino == st.Ino
+}
+
+// readlinkat reads the symlink name in dirfd.
+func readlinkat(dirfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		var n int
+		err := ignoringEINTR(func() (err error) {
+			n, err = unix.Readlinkat(dirfd, name, buf)
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}
+
+func ignoringEINTR(fn func() error) error {
+	for {
+		if err := fn(); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// add records an entry.
+func (s *scanner) add(e *Entry) {
+	s.mu.Lock()
+	s.entries = append(s.entries, e)
+	s.mu.Unlock()
 }
 
 func (s *scanner) addSkipped() {
@@ -408,11 +493,6 @@ func (s *scanner) record(rel string, e *Entry, k fileKey, fromCache bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.files[rel] = cachedFile{key: k, chunks: e.Chunks, trusted: k.mtime < racy && k.ctime < racy}
-	for i, d := range e.Chunks {
-		if _, ok := s.locs[d]; !ok {
-			s.locs[d] = chunkLoc{path: rel, off: int64(i) * ChunkSize, length: chunkLen(e.Size, i)}
-		}
-	}
 	if !fromCache {
 		s.hashed++
 		s.hbytes += e.Size
@@ -421,11 +501,13 @@ func (s *scanner) record(rel string, e *Entry, k fileKey, fromCache bool) {
 
 // hash reads and hashes one file (and closes it): once more if it changed
 // while read, then concurrency_conflict.
-func (s *scanner) hash(j scanJob) error {
+func (s *scanner) hash(j scanJob, buf []byte) error {
 	defer j.f.Close()
-	buf := make([]byte, ChunkSize)
 	before := j.st
 	for attempt := 0; attempt < 2; attempt++ {
+		if n := min(before.Size, ChunkSize); int64(len(buf)) < n {
+			buf = make([]byte, ChunkSize) // it grew between the reads
+		}
 		chunks, err := hashFile(s.ctx, j.f, before.Size, buf)
 		if err != nil && !errors.Is(err, errRaced) {
 			return err
@@ -433,8 +515,8 @@ func (s *scanner) hash(j scanJob) error {
 		if s.afterRead != nil {
 			s.afterRead(j.rel, attempt)
 		}
-		var after syscall.Stat_t
-		if serr := syscall.Fstat(int(j.f.Fd()), &after); serr != nil {
+		var after unix.Stat_t
+		if serr := unix.Fstat(j.fd, &after); serr != nil {
 			return errcode.Wrap(errcode.RuntimeError, serr, "stat "+j.rel)
 		}
 		if err == nil && keyOf(&after) == keyOf(&before) {

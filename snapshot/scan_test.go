@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
 )
 
@@ -365,5 +366,21 @@ func TestScanFileChangingWhileHashed(t *testing.T) {
 	})
 	if !errors.Is(err, errcode.ErrConcurrencyConflict) {
 		t.Fatalf("a file growing under every read: got %v, want concurrency_conflict", err)
+	}
+}
+
+func TestScanCancelled(t *testing.T) {
+	dir := testTree(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Scan(ctx, dir, nil, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled scan: got %v, want context.Canceled", err)
+	}
+	if _, err := Scan(context.Background(), filepath.Join(dir, "nope"), nil, nil); errcode.Of(err) != errcode.RuntimeError {
+		t.Fatalf("missing directory: got %v, want runtime_error", err)
+	}
+	// A cancelled FromTar stops too.
+	if _, err := FromTar(ctx, bytes.NewReader(exportTar(t, dir, nil)), nil, archive.Limits{}, newChunkStore().put); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled FromTar: got %v, want context.Canceled", err)
 	}
 }

@@ -247,7 +247,7 @@ func (w *countingWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); 
 // writer, a get for chunk i never starts while more than parallel+1
 // chunks would be held, and the file's bytes come out in order.
 func TestWriteTarPrefetchIsBoundedAndOrdered(t *testing.T) {
-	const n, parallel = 24, 3
+	const n, parallel = 12, 3
 	m, store := manifestOf(n)
 	index := map[string]int{}
 	for i, d := range m.Entries[2].Chunks {
@@ -380,5 +380,26 @@ func TestWriteTarFailures(t *testing.T) {
 	delete(store.chunks, m.Entries[2].Chunks[3])
 	if _, err := WriteTar(ctx, io.Discard, m, store.get, 2); errcode.Of(err) != errcode.NotFound {
 		t.Fatalf("missing chunk: got %v, want not_found", err)
+	}
+}
+
+// TestWriteTarHostileManifest is an attack: a manifest that decodes (a
+// symlink leading out of the workspace) makes a tar the importer's checks
+// refuse, and no manifest can place a member under a symlink.
+func TestWriteTarHostileManifest(t *testing.T) {
+	m, err := Decode([]byte(`{"version":1,"entries":[{"path":"l","kind":"symlink","mode":511,"target":"../../../etc"}]}`), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := WriteTar(context.Background(), &buf, m, newChunkStore().get, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := archive.Check(bytes.NewReader(buf.Bytes()), archive.Limits{}); errcode.Of(err) != errcode.InvalidArchive {
+		t.Fatalf("the importer's check: got %v, want invalid_archive", err)
+	}
+	through := `{"version":1,"entries":[{"path":"l","kind":"symlink","mode":511,"target":"/etc"},{"path":"l/passwd","kind":"file","mode":420}]}`
+	if _, err := Decode([]byte(through), Limits{}); errcode.Of(err) != errcode.InvalidRequest {
+		t.Fatalf("a member under a symlink: got %v, want invalid_request", err)
 	}
 }
