@@ -71,6 +71,7 @@ func Specs() []Spec {
 	return []Spec{
 		{OpCreate, OnTenant, CreateArgs{}, CreateResult{}, "create and start a session on a node the scheduler picks"},
 		{OpLookup, OnTenant, LookupArgs{}, LookupResult{}, "why a session does not answer: its status and node, or session_not_found"},
+		{OpDiff, OnTenant, DiffRequest{}, DiffResult{}, "the paths created, modified and removed between two recorded snapshots of a session"},
 		{OpResume, OnTenant, ResumeRequest{}, ResumeResult{}, "resume a session no node serves, on a node the scheduler picks"},
 		{OpDelete, OnTenant, DeleteRequest{}, StatusResult{}, "delete a session no node serves (lost, or shut down on a node that is gone); the engine records it"},
 		{OpExec, OnSession, ExecArgs{}, ExecResult{}, "run a command to completion"},

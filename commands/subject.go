@@ -78,6 +78,13 @@ func (s Subjects) ResumeAll() string { return s.prefix() + ".cmd.*.resume" }
 // CreateAll matches every tenant's create subject.
 func (s Subjects) CreateAll() string { return s.prefix() + ".cmd.*.create" }
 
+// Diff is the subject the scheduler serves to compare two recorded
+// snapshots of a session (OpDiff).
+func (s Subjects) Diff(tenant string) string { return s.prefix() + ".cmd." + tenant + ".diff" }
+
+// DiffAll matches every tenant's diff subject.
+func (s Subjects) DiffAll() string { return s.prefix() + ".cmd.*.diff" }
+
 // LookupAll matches every tenant's lookup subject.
 func (s Subjects) LookupAll() string { return s.prefix() + ".cmd.*.lookup" }
 

@@ -148,31 +148,18 @@ func (s *Store) GetChunk(ctx context.Context, tenant, digest string) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.obs.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, errcode.New(errcode.NotFound, "no chunk %s", name)
-	}
+	info, err := s.chunkInfo(ctx, name)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "chunk "+name)
+		return nil, err
 	}
-	defer res.Close()
-	info, err := res.Info()
+	if info.Size > 2*snapshot.ChunkSize || info.Chunks > 2*snapshot.ChunkSize/ChunkSize+1 {
+		return nil, errcode.New(errcode.Internal, "corrupt chunk %s: %d bytes in %d parts stored", name, info.Size, info.Chunks)
+	}
+	data, err := s.readParts(ctx, info)
+	s.count("out", name, int64(len(data)))
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "chunk "+name)
+		return nil, err
 	}
-	if info.Size > 2*snapshot.ChunkSize {
-		return nil, errcode.New(errcode.Internal, "corrupt chunk %s: %d bytes stored", name, info.Size)
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, info.Size+bytes.MinRead))
-	n, err := buf.ReadFrom(res)
-	s.count("out", name, n)
-	if errors.Is(err, jetstream.ErrDigestMismatch) {
-		return nil, errcode.Wrap(errcode.Internal, err, "corrupt chunk "+name)
-	}
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "read chunk "+name)
-	}
-	data := buf.Bytes()
 	if info.Metadata[metaEnc] == encZstd {
 		dec, err := chunkDecoder()
 		if err != nil {
@@ -188,6 +175,59 @@ func (s *Store) GetChunk(ctx context.Context, tenant, digest string) ([]byte, er
 		return nil, errcode.New(errcode.Internal, "corrupt chunk %s: its bytes have sha256 %x", name, sum)
 	}
 	return data, nil
+}
+
+// readParts reads a small object's parts (its chunks in the stream) by
+// direct gets, one request each: nats.go's Get makes an ordered consumer
+// per object, which costs more than a 1 MiB chunk's transfer. The parts
+// must add up to the object's size; what they hold is checked by the
+// caller against the chunk's digest.
+func (s *Store) readParts(ctx context.Context, info *jetstream.ObjectInfo) ([]byte, error) {
+	st, err := s.stream.get(ctx, s.js, StreamName(s.bucket))
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Unavailable, err, "stream of "+s.bucket)
+	}
+	subj := chunkSubject(s.bucket, info.NUID)
+	data := make([]byte, 0, info.Size)
+	seq := uint64(1)
+	for range info.Chunks {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, errcode.New(errcode.Internal, "corrupt chunk %s: %d of its %d parts stored", info.Name, len(data), info.Size)
+		}
+		if err != nil {
+			return nil, errcode.Wrap(errcode.Unavailable, err, "read chunk "+info.Name)
+		}
+		if len(data)+len(m.Data) > int(info.Size) {
+			return nil, errcode.New(errcode.Internal, "corrupt chunk %s: more than its %d bytes stored", info.Name, info.Size)
+		}
+		data = append(data, m.Data...)
+		seq = m.Sequence + 1
+	}
+	if uint64(len(data)) != info.Size {
+		return nil, errcode.New(errcode.Internal, "corrupt chunk %s: %d of its %d bytes stored", info.Name, len(data), info.Size)
+	}
+	return data, nil
+}
+
+// lazyStream opens a stream on first use and keeps it.
+type lazyStream struct {
+	mu sync.Mutex // guards st
+	st jetstream.Stream
+}
+
+func (l *lazyStream) get(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.st != nil {
+		return l.st, nil
+	}
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	l.st = st
+	return st, nil
 }
 
 // putChunk stores data as chunk name and returns the bytes stored.
@@ -324,7 +364,11 @@ func (u *Uploader) upload(name string, data []byte) (stored int64, skipped bool,
 	info, err := u.s.chunkInfo(u.ctx, name)
 	switch {
 	case err == nil:
-		return 0, true, u.s.renewChunk(u.ctx, info)
+		err = u.s.renewChunk(u.ctx, info)
+		if !errors.Is(err, jetstream.ErrUpdateMetaDeleted) {
+			return 0, true, err
+		}
+		// A sweep removed it meanwhile: store it again.
 	case errcode.Of(err) != errcode.NotFound:
 		return 0, false, err
 	}

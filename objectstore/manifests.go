@@ -24,10 +24,12 @@ import (
 // chunks its persist stored. A snapshot id names one snapshot of a
 // session, whichever its format.
 
-// manifestSuffix ends a manifest snapshot's object name; tarSuffix a tar
-// snapshot's.
+// ManifestSuffix ends a manifest snapshot's object name.
+const ManifestSuffix = ".manifest"
+
+// manifestSuffix and tarSuffix end the object names of snapshots.
 const (
-	manifestSuffix = ".manifest"
+	manifestSuffix = ManifestSuffix
 	tarSuffix      = ".tar"
 )
 

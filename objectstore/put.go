@@ -592,6 +592,14 @@ func (p *putter) openStream(ctx context.Context) (jetstream.Stream, error) {
 	if p.stream != nil {
 		return p.stream, nil
 	}
+	if p.s.stream != nil { // the store's, opened once: a stream info request fewer per put
+		st, err := p.s.stream.get(ctx, p.s.js, StreamName(p.s.bucket))
+		if err != nil {
+			return nil, err
+		}
+		p.stream = st
+		return st, nil
+	}
 	st, err := p.s.js.Stream(ctx, StreamName(p.s.bucket))
 	if err != nil {
 		return nil, err

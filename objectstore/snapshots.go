@@ -57,6 +57,9 @@ type Store struct {
 	limits PutLimits
 	// renewAge is ChunkRenewAge unless a test sets it.
 	renewAge time.Duration
+	// stream is the bucket's stream, opened once for the chunk gets
+	// (chunks.go); shared by the store's copies.
+	stream *lazyStream
 }
 
 // WithLimits returns a store on the same bucket whose puts publish within
@@ -78,7 +81,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Unavailable, err, "workspace bucket "+bucket)
 	}
-	return &Store{obs: obs, js: js, bucket: bucket}, nil
+	return &Store{obs: obs, js: js, bucket: bucket, stream: &lazyStream{}}, nil
 }
 
 // dropFailed deletes what a failed put of name left: nats.go purges the

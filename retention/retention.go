@@ -70,6 +70,7 @@ const (
 	ReasonOrphanChunks    = "unfinished_put"   // chunks no object names, silent for OrphanGrace
 	ReasonDeletedSession  = "deleted_session"  // a snapshot of a session deleted DeletedRetention ago
 	ReasonBeyondKeep      = "beyond_keep_last" // older than the session's KeepLast newest
+	// ReasonUnreferencedChunk: see chunks.go.
 )
 
 // Removal is one thing a sweep removes (or, dry, would).
@@ -82,6 +83,10 @@ type Removal struct {
 	// Created is when the object, or the first of the chunks, was written.
 	Created time.Time `json:"created"`
 	nuid    string
+	// A chunk's tenant and digest, and the last write before which it
+	// may go.
+	tenant, digest string
+	notBefore      time.Time
 }
 
 // Session is what the planner needs of a session's record.
@@ -157,15 +162,22 @@ func Plan(now time.Time, p Policy, objects []objectstore.Object, sessions map[st
 // Sessions are where a sweep reads the sessions' records: all tenants'.
 type Sessions func(ctx context.Context) ([]projection.SessionRecord, error)
 
-// Sweep plans with p over the bucket's objects and unfinished puts and,
-// unless dry, removes what the plan says. It returns the plan; on an
-// error it returns what it removed before. Removing what is already gone
-// (another engine's sweep) is no error, so engines may sweep at once.
+// Sweep plans with p over the bucket's objects, unfinished puts and
+// content chunks and, unless dry, removes what the plan says. It returns
+// the plan; on an error it returns what it removed before. Removing what
+// is already gone (another engine's sweep) is no error, so engines may
+// sweep at once. A tenant with a manifest that cannot be read keeps all
+// its chunks, and the sweep says so in its error once it has removed the
+// rest.
 func Sweep(ctx context.Context, store *objectstore.Store, sessions Sessions, p Policy, dry bool, logger *slog.Logger) ([]Removal, error) {
+	return SweepAt(ctx, time.Now(), store, sessions, p, dry, logger)
+}
+
+// SweepAt is Sweep as if the time were now.
+func SweepAt(ctx context.Context, now time.Time, store *objectstore.Store, sessions Sessions, p Policy, dry bool, logger *slog.Logger) ([]Removal, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	now := time.Now()
 	recs, err := sessions(ctx)
 	if err != nil {
 		return nil, err
@@ -188,7 +200,16 @@ func Sweep(ctx context.Context, store *objectstore.Store, sessions Sessions, p P
 		return nil, err
 	}
 	plan = append(plan, orphanRemovals(orphans)...)
-	return remove(ctx, store, plan, dry, logger)
+	chunks, unread := sweepChunks(ctx, now, store, p, objs, plan)
+	if unread != nil && logger != nil {
+		logger.Warn("retention: chunks kept", "err", unread)
+	}
+	// Chunks go last: only once the snapshots that named them are gone.
+	removed, err := remove(ctx, store, append(plan, chunks...), dry, logger)
+	if err != nil {
+		return removed, err
+	}
+	return removed, unread
 }
 
 // SweepOrphans is Sweep of the orphan chunks alone, which the engine runs
@@ -213,24 +234,35 @@ func orphanRemovals(orphans []objectstore.Chunks) []Removal {
 	return out
 }
 
-// remove removes what plan says unless dry; see Sweep.
+// remove removes what plan says unless dry; see Sweep. It returns what
+// it removed: a chunk written again since the plan stays and is left out.
 func remove(ctx context.Context, store *objectstore.Store, plan []Removal, dry bool, logger *slog.Logger) ([]Removal, error) {
 	if dry {
 		return plan, nil
 	}
-	for i, r := range plan {
+	done := make([]Removal, 0, len(plan))
+	for _, r := range plan {
 		var err error
-		if r.nuid != "" {
+		gone := true
+		switch {
+		case r.nuid != "":
 			err = store.PurgeChunks(ctx, r.nuid)
-		} else {
+		case r.digest != "":
+			// Written again since the listing (a persist renewed it): it stays.
+			gone, err = store.DeleteChunk(ctx, r.tenant, r.digest, r.notBefore)
+		default:
 			err = store.Delete(ctx, r.Name)
 		}
 		if err != nil {
-			return plan[:i], fmt.Errorf("retention: remove %s: %w", r.Name, err)
+			return done, fmt.Errorf("retention: remove %s: %w", r.Name, err)
 		}
+		if !gone {
+			continue
+		}
+		done = append(done, r)
 		if logger != nil {
 			logger.Info("retention: removed", "name", r.Name, "reason", r.Reason, "bytes", r.Size)
 		}
 	}
-	return plan, nil
+	return done, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/tracing"
 )
@@ -148,6 +149,8 @@ type Scheduler struct {
 
 	mu       sync.Mutex          // guards the fields below
 	sessions *projector.Sessions // the sessions projection, once opened
+	// workspaces is the workspace bucket, once opened (see diff.go).
+	workspaces *objectstore.Store
 	nodes    map[string]nodeRecord
 	// heard is when the scheduler last heard any node's heartbeat.
 	heard   time.Time
@@ -214,6 +217,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		{s.subj.HeartbeatAll(), "", s.handleHeartbeat},
 		{s.subj.CreateAll(), QueueGroup, s.async(s.handleCreate)},
 		{s.subj.LookupAll(), QueueGroup, s.async(s.handleLookup)},
+		{s.subj.DiffAll(), QueueGroup, s.async(s.handleDiff)},
 		{s.subj.ResumeAll(), QueueGroup, s.async(s.handleResume)},
 		{s.subj.DeleteAll(), QueueGroup, s.async(s.handleDelete)},
 	} {

@@ -109,6 +109,7 @@ func leaves() []leaf {
 		{"sandbox persist", "ID", "snapshot the workspace; prints the snapshot id", sbx("persist")},
 		{"sandbox hydrate", "ID --from FILE.tar|- | --snapshot SNAP", "replace the workspace, all or nothing", sbx("hydrate")},
 		{"sandbox resume", "ID", "bring a stopped, shut down or lost session back", sbx("resume")},
+		{"sandbox diff", "ID [--from SEQ] [--to SEQ]", "paths created, modified, removed between two snapshots", sbx("diff")},
 		{"sandbox shell", "ID [-- CMD [ARG...]]", "a terminal in the sandbox; exits with its code", sbx("shell")},
 		{"sandbox proc start", "ID -- CMD [ARG...]", "start a process that outlives the call; prints its id", sbx("proc", "start")},
 		{"sandbox proc write", "ID PID [TEXT|-]", "write to a process's stdin", sbx("proc", "write")},

@@ -45,6 +45,8 @@ Usage:
                                                replace the workspace, all or nothing
   engine sandbox resume ID [--secret-env K=V]... [--empty] [--at SEQ] [--egress MODE] [--allow DEST]... [--json]
                                                bring a stopped, shut down or lost session back
+  engine sandbox diff ID [--from SEQ] [--to SEQ] [--limit N] [--json]
+                                               paths created (+), modified (~), removed (-) between two snapshots
   engine sandbox shell ID [-- CMD [ARG...]]    a terminal in the sandbox (default /bin/sh); exits with its code
   engine sandbox proc start ID [--tty] [--rows N --cols N] [--yield D] [--json] -- CMD [ARG...]
                                                start a process that outlives the call; prints its id
@@ -73,7 +75,7 @@ Usage:
                                                release, resume elsewhere; reports each session
   engine status [--json]                       servers, streams (replicas, leader, followers, bytes
                                                against their limits: warning at 80%), nodes, projectors
-  engine snapshot ls [SESSION] [--all-tenants] [--json]
+  engine snapshot ls [SESSION] [--all-tenants] [--totals] [--json]
                                                workspace snapshots and their sizes
   engine snapshot rm SESSION SNAPSHOT...|--all, rm --deleted [--all-tenants]
                                                delete snapshots (of deleted sessions): frees the quota

@@ -57,6 +57,9 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	if sub == "shell" {
 		return sandboxShell(ctx, base, args, stdin, stdout, stderr)
 	}
+	if sub == "diff" {
+		return sandboxDiff(ctx, base, args, stdout, stderr)
+	}
 	if sub == "persist" || sub == "hydrate" || sub == "resume" {
 		return sandboxWorkspace(ctx, base, sub, args, stdin, stdout, stderr)
 	}

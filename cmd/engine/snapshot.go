@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -16,7 +15,7 @@ import (
 	"github.com/paddock-dev/paddock/projector"
 )
 
-const snapshotUsage = `usage: engine snapshot ls [SESSION] [--all-tenants] [--json]
+const snapshotUsage = `usage: engine snapshot ls [SESSION] [--all-tenants] [--totals] [--json]
        engine snapshot rm SESSION SNAPSHOT...   delete these snapshots of a session
        engine snapshot rm SESSION --all         delete every snapshot of a session
        engine snapshot rm --deleted [--all-tenants]
@@ -36,8 +35,10 @@ func snapshotCmd(ctx context.Context, base globals, args []string, stdout, stder
 	fs := newFlagSet("snapshot "+sub, stderr)
 	g.register(fs, base)
 	allTenants := fs.Bool("all-tenants", false, "every tenant's snapshots; --tenant is ignored")
-	jsonOut, all, deleted := fs.Bool("json", false, "print JSON"), new(bool), new(bool)
-	if sub != "ls" {
+	jsonOut, all, deleted, totals := fs.Bool("json", false, "print JSON"), new(bool), new(bool), new(bool)
+	if sub == "ls" {
+		totals = fs.Bool("totals", false, "print only each tenant's totals: logical bytes of its snapshots, bytes of its distinct chunks")
+	} else {
 		all = fs.Bool("all", false, "every snapshot of the session")
 		deleted = fs.Bool("deleted", false, "the snapshots of every session the projection lists as deleted")
 	}
@@ -84,26 +85,7 @@ func snapshotCmd(ctx context.Context, base globals, args []string, stdout, stder
 	}
 	switch {
 	case sub == "ls":
-		snaps, err := store.Snapshots(ctx, prefix)
-		if err != nil {
-			return err
-		}
-		if *jsonOut {
-			if snaps == nil {
-				snaps = []objectstore.Snapshot{}
-			}
-			return printJSON(stdout, snaps)
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TENANT\tSESSION\tSNAPSHOT\tSIZE\tCREATED")
-		var total int64
-		for _, s := range snaps {
-			tenant, session, _, _ := objectstore.ParseSnapshotName(s.Name)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", tenant, session, s.ID, s.Size, timeOrDash(s.Created))
-			total += s.Size
-		}
-		fmt.Fprintf(tw, "(%d snapshots, %d bytes)\n", len(snaps), total)
-		return tw.Flush()
+		return listSnapshots(ctx, store, prefix, g.tenant, *allTenants, *totals, *jsonOut, stdout)
 	case *deleted:
 		return removeDeleted(ctx, js, store, g.tenant, *allTenants, stdout, *jsonOut)
 	case *all:

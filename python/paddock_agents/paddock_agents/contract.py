@@ -12,6 +12,7 @@ CONTRACT_MINOR = 5
 # Ops (commands.Specs): the last token of their subject.
 OP_CREATE = "create"
 OP_DELETE = "delete"
+OP_DIFF = "diff"
 OP_EXEC = "exec"
 OP_EXEC_READ = "exec_read"
 OP_HYDRATE = "hydrate"
@@ -39,6 +40,7 @@ OP_WRITE = "write"
 TENANT_OPS = (
     "create",
     "delete",
+    "diff",
     "lookup",
     "resume",
 )
