@@ -23,3 +23,8 @@ func TeardownHooks(a *Agent) []string {
 	}
 	return out
 }
+
+// SetSnapshotFormat makes a persist in the format f (Config.Snapshots)
+// from now on: the benchmarks compare both on one workspace. Call it
+// between operations, never during one.
+func SetSnapshotFormat(a *Agent, f string) { a.cfg.Snapshots = f }
