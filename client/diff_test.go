@@ -10,6 +10,7 @@ import (
 	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/snapshot"
 	"github.com/paddock-dev/paddock/testenv"
@@ -33,7 +34,8 @@ func changeLines(res commands.DiffResult) []string {
 // from after to invalid_request, a session without snapshots
 // snapshot_not_found.
 func TestDiff(t *testing.T) {
-	st := testenv.StartStack(t, testenv.StackOptions{})
+	// The node persists tar, so that the diff crosses the format change.
+	st := testenv.StartStack(t, testenv.StackOptions{Node: nodes.Config{Snapshots: nodes.SnapshotsTar}})
 	ctx := testenv.Context(t, time.Minute)
 	c := st.Client
 	created, err := c.Create(ctx, commands.CreateArgs{})
