@@ -345,10 +345,12 @@ func (a *Agent) readHistory(ctx context.Context, tenant, id string) (h history, 
 			}
 		case commands.OpPersist, commands.OpStop:
 			if d, err := events.DecodeData[events.SnapshotFinish](ev); err == nil && d.Snapshot != nil {
-				h.snap = d.Snapshot
-				if n := len(h.snaps); n == 0 || h.snaps[n-1].ID != d.Snapshot.ID {
-					h.snaps = append(h.snaps, *d.Snapshot)
-				}
+				h.addSnapshot(d.Snapshot)
+			}
+		case commands.OpFork:
+			// A fork that persisted first records its snapshot too.
+			if d, err := events.DecodeData[events.ForkFinish](ev); err == nil && d.Snapshot != nil {
+				h.addSnapshot(d.Snapshot)
 			}
 		}
 	}
@@ -357,6 +359,15 @@ func (a *Agent) readHistory(ctx context.Context, tenant, id string) (h history, 
 		return h, true, err
 	}
 	return h, h.tail.Event != nil && h.tail.Event.Seq == h.state.LastSeq, nil
+}
+
+// addSnapshot makes snap the history's newest snapshot (a persist of an
+// unchanged workspace records the last one again: it is listed once).
+func (h *history) addSnapshot(snap *commands.Snapshot) {
+	h.snap = snap
+	if n := len(h.snaps); n == 0 || h.snaps[n-1].ID != snap.ID {
+		h.snaps = append(h.snaps, *snap)
+	}
 }
 
 // sortedKeys returns m's keys in order.
