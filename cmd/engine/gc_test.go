@@ -99,7 +99,8 @@ func TestGC(t *testing.T) {
 	}
 }
 
+// objectName is the object of a manifest snapshot (what persist writes).
 func objectName(tenant, session, id string) string {
-	name, _ := objectstore.SnapshotName(tenant, session, id)
+	name, _ := objectstore.ManifestName(tenant, session, id)
 	return name
 }

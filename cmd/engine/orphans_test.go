@@ -33,7 +33,8 @@ func TestKill9DuringPersist(t *testing.T) {
 	dir, sandboxes := t.TempDir(), t.TempDir()
 	start := func() (string, *exec.Cmd) {
 		t.Helper()
-		url, cmd, _ := startServeBinary(t, bin, 60*time.Second, "--state-dir", dir, "--sandbox-dir", sandboxes, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local", "--gc-interval", "0")
+		url, cmd, _ := startServeBinary(t, bin, 60*time.Second, "--state-dir", dir, "--sandbox-dir", sandboxes, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local", "--gc-interval", "0",
+			"--snapshot-format", "tar") // one put of 256 MiB (a manifest of this file is one chunk)
 		return url, cmd
 	}
 	url, cmd := start()

@@ -62,7 +62,9 @@ func persistUntilFull(t *testing.T, url, id string) int {
 func TestServeStorage(t *testing.T) {
 	const store = 40 << 20
 	dir := t.TempDir()
-	args := []string{"--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local", "--max-store", "40m"}
+	// Tar snapshots: each persist of the same workspace stores it again
+	// (a manifest persist of an unchanged workspace stores nothing).
+	args := []string{"--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local", "--max-store", "40m", "--snapshot-format", "tar"}
 	url, stop := serveFor(t, args...)
 	def := storage.Defaults(store)
 	st := streamsByName(t, url)
