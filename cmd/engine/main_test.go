@@ -97,6 +97,19 @@ func tour(t *testing.T, url string) {
 	if out := mustCLI(t, url, "", "sandbox", "resume", id); !strings.HasPrefix(out, "running on ") || !strings.Contains(out, "workspace kept") {
 		t.Fatalf("resume after stop printed %q, want running with the workspace kept", out)
 	}
+	children := strings.Fields(mustCLI(t, url, "", "sandbox", "fork", id, "-n", "2"))
+	if len(children) != 2 || commands.CheckToken("id", children[0]) != nil || children[0] == children[1] {
+		t.Fatalf("fork -n 2 printed %q, want two session ids", children)
+	}
+	if out := mustCLI(t, url, "", "replay", "--tree", id); !strings.Contains(out, id) || !strings.Contains(out, children[0]) || !strings.Contains(out, children[1]) {
+		t.Fatalf("replay --tree:\n%s\nwant the parent and both children", out)
+	}
+	if out := mustCLI(t, url, "", "sandbox", "diff", id); !strings.Contains(out, "+ ") {
+		t.Fatalf("diff printed %q, want created paths", out)
+	}
+	for _, c := range children {
+		mustCLI(t, url, "", "sandbox", "delete", c)
+	}
 	mustCLI(t, url, "", "sandbox", "shutdown", id)
 	mustCLI(t, url, "", "sandbox", "delete", id)
 	code, _, errs = cli(t, url, "", "sandbox", "running", id)
@@ -106,8 +119,8 @@ func tour(t *testing.T, url string) {
 
 	out = mustCLI(t, url, "", "events", "tail", "--session", id, "--no-follow", "--json")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 38 { // 19 operations, a start and a finish each
-		t.Fatalf("events tail printed %d lines, want 38:\n%s", len(lines), out)
+	if len(lines) != 40 { // 20 operations, a start and a finish each
+		t.Fatalf("events tail printed %d lines, want 40:\n%s", len(lines), out)
 	}
 	for i, l := range lines {
 		var ev events.Event
