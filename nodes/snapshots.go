@@ -61,8 +61,10 @@ type contentState struct {
 	// anew, whose files are others).
 	hashes *snapshot.HashCache
 	// manifest is the last manifest this node persisted or restored for
-	// the session: every chunk of it is in the tenant's store.
+	// the session, and root its root digest: every chunk of it was in
+	// the tenant's store then.
 	manifest *snapshot.Manifest
+	root     string
 }
 
 // hashCache returns the sandbox's hash cache, made on first use.
@@ -82,15 +84,17 @@ func (c *contentState) dropHashes() {
 	c.mu.Unlock()
 }
 
-func (c *contentState) last() *snapshot.Manifest {
+// last returns the last manifest and its root (nil, "" before one).
+func (c *contentState) last() (*snapshot.Manifest, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.manifest
+	return c.manifest, c.root
 }
 
-func (c *contentState) setLast(m *snapshot.Manifest) {
+// setLast makes m, whose root is root, the last manifest.
+func (c *contentState) setLast(m *snapshot.Manifest, root string) {
 	c.mu.Lock()
-	c.manifest = m
+	c.manifest, c.root = m, root
 	c.mu.Unlock()
 }
 
@@ -125,10 +129,18 @@ func (a *Agent) persistWorkspace(ctx context.Context, s *session) (persisted, er
 		snap, err := a.persistTar(ctx, s, store)
 		return persisted{snap: snap}, err
 	}
+	// The last snapshot vouches for its chunks (and an unchanged
+	// workspace is recorded as it) only while it is stored: a kept
+	// manifest's chunks are never swept, but once it is removed (engine
+	// snapshot rm, retention) its chunks may be, and must be asked about.
+	last := s.snapshot()
+	if last != nil && !a.stillStored(ctx, store, s, last) {
+		last = nil
+	}
 	var m *snapshot.Manifest
 	var counts events.ChunkCounts
 	for attempt := 0; ; attempt++ {
-		m, counts, err = a.storeChunks(ctx, s, store)
+		m, counts, err = a.storeChunks(ctx, s, store, last)
 		if err == nil {
 			break
 		}
@@ -141,8 +153,9 @@ func (a *Agent) persistWorkspace(ctx context.Context, s *session) (persisted, er
 		a.logger.Warn("persist failed", "tenant", s.tenant, "session", s.id, "err", err)
 		return persisted{}, err
 	}
-	if last := s.snapshot(); last != nil && last.Format == snapshot.Format && last.RootSHA256 == m.Root() {
-		s.content.setLast(m)
+	root := m.Root()
+	if last != nil && last.Format == snapshot.Format && last.RootSHA256 == root {
+		s.content.setLast(m, root)
 		return persisted{snap: last, unchanged: true, chunks: &counts}, nil
 	}
 	up := objectstore.ChunkStats{Chunks: counts.Chunks, Uploaded: counts.Uploaded, UploadedBytes: counts.UploadedBytes, Skipped: counts.Skipped}
@@ -151,9 +164,20 @@ func (a *Agent) persistWorkspace(ctx context.Context, s *session) (persisted, er
 		a.logger.Warn("persist failed: the manifest was not stored", "tenant", s.tenant, "session", s.id, "err", err)
 		return persisted{}, err
 	}
-	s.content.setLast(m)
+	s.content.setLast(m, snap.RootSHA256)
 	s.setSnapshot(&snap)
 	return persisted{snap: &snap, chunks: &counts}, nil
+}
+
+// stillStored reports whether the session's last snapshot is still in
+// the store; an error other than its absence counts as not (the persist
+// then asks the store about every chunk, which is always safe).
+func (a *Agent) stillStored(ctx context.Context, store *objectstore.Store, s *session, last *commands.Snapshot) bool {
+	_, err := store.Info(ctx, s.tenant, s.id, last.ID)
+	if err != nil {
+		a.logger.Info("persist: the last snapshot is not in the store; every chunk is checked", "tenant", s.tenant, "session", s.id, "snapshot", last.ID, "err", err)
+	}
+	return err == nil
 }
 
 // hostDir returns the sandbox's workspace as a host directory, when the
@@ -167,11 +191,13 @@ func hostDir(sb runtime.Sandbox) (string, bool) {
 
 // storeChunks reads the session's workspace into a manifest and uploads
 // the chunks of it that the tenant's store lacks. The last manifest's
-// chunks are known to be stored and not asked about.
-func (a *Agent) storeChunks(ctx context.Context, s *session, store *objectstore.Store) (*snapshot.Manifest, events.ChunkCounts, error) {
+// chunks are known to be stored and not asked about, when it is the
+// manifest of stored, the session's last snapshot as found still stored
+// (nil: every chunk is asked about).
+func (a *Agent) storeChunks(ctx context.Context, s *session, store *objectstore.Store, stored *commands.Snapshot) (*snapshot.Manifest, events.ChunkCounts, error) {
 	var counts events.ChunkCounts
 	var known map[string]int64
-	if last := s.content.last(); last != nil {
+	if last, root := s.content.last(); last != nil && stored != nil && stored.Format == snapshot.Format && root == stored.RootSHA256 {
 		known = last.ChunkSet()
 	}
 	sb := s.sandbox()
@@ -339,7 +365,7 @@ func (a *Agent) restoreFrom(ctx context.Context, s *session, sb runtime.Sandbox,
 	if err != nil {
 		return restored{}, corrupt(err)
 	}
-	s.content.setLast(m)
+	s.content.setLast(m, m.Root())
 	return restored{st: st, manifest: m, chunks: &counts}, nil
 }
 

@@ -505,3 +505,54 @@ func TestPersistSymlinkSwapAttack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPersistAfterSnapshotRemoved: a persist trusts its last manifest's
+// chunks to be stored only while that snapshot is: once it is removed
+// (engine snapshot rm) and a sweep took its chunks, a persist of the same
+// workspace stores them again instead of recording the removed snapshot
+// or a manifest whose chunks are gone, and the session resumes whole.
+func TestPersistAfterSnapshotRemoved(t *testing.T) {
+	k := runtimeKinds()[0]
+	st, image := snapStack(t, k, nodes.Config{ChunkCacheBytes: -1})
+	ctx := testenv.Context(t, 2*time.Minute)
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell(t, st, s.SessionID, mibFiles(2))
+	first, err := st.Client.Persist(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := store(t, st)
+	if err := objs.DeleteSnapshot(ctx, "default", s.SessionID, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	chunks, err := objs.Chunks(ctx, "default")
+	if err != nil || len(chunks) != 3 {
+		t.Fatalf("chunks = %d (%v), want 3", len(chunks), err)
+	}
+	for _, c := range chunks {
+		if ok, err := objs.DeleteChunk(ctx, "default", c.Digest, time.Now().Add(time.Hour)); err != nil || !ok {
+			t.Fatalf("sweep chunk %s: %v %v", c.Digest, ok, err)
+		}
+	}
+	again, err := st.Client.Persist(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := lastFinishData[events.SnapshotFinish](t, st, s.SessionID, commands.OpPersist)
+	if again.ID == first.ID || d.Unchanged || d.Chunks == nil || d.Chunks.Uploaded != 3 || again.RootSHA256 != first.RootSHA256 {
+		t.Fatalf("persist after the snapshot was removed = %+v (finish %+v, chunks %+v); want a new snapshot of the same root with its 3 chunks stored again", again, d, d.Chunks)
+	}
+	want := shell(t, st, s.SessionID, `sha256sum d/f0 d/f1 note.txt`)
+	if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Client.Resume(ctx, s.SessionID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := shell(t, st, s.SessionID, `sha256sum d/f0 d/f1 note.txt`); got != want {
+		t.Fatalf("after resume: %q, want %q", got, want)
+	}
+}
