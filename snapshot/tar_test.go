@@ -16,6 +16,7 @@ import (
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/testenv/wait"
 )
 
 // exportTar writes dir as the local runtime's ExportWorkspace does.
@@ -348,7 +349,7 @@ func TestWriteTarFailures(t *testing.T) {
 		}, 4)
 		done <- err
 	}()
-	eventually(t, 10*time.Second, func() error {
+	wait.Eventually(t, 10*time.Second, func() error {
 		if started.Load() == 0 {
 			return fmt.Errorf("no get started")
 		}
@@ -356,7 +357,7 @@ func TestWriteTarFailures(t *testing.T) {
 	})
 	cancel()
 	var werr error
-	eventually(t, 10*time.Second, func() error {
+	wait.Eventually(t, 10*time.Second, func() error {
 		select {
 		case werr = <-done:
 			return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/scheduler"
+	"github.com/paddock-dev/paddock/testenv/wait"
 	"github.com/paddock-dev/paddock/transfer"
 )
 
@@ -87,17 +88,7 @@ func Context(t testing.TB, d time.Duration) context.Context {
 // test with cond's last error if that does not happen within timeout.
 func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %v", timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
+	wait.Eventually(t, timeout, cond)
 }
 
 // StackOptions adjusts StartStack.
