@@ -402,12 +402,9 @@ type ChunkObject struct {
 
 // Chunks lists tenant's chunks ("" for every tenant's).
 func (s *Store) Chunks(ctx context.Context, tenant string) ([]ChunkObject, error) {
-	infos, err := s.obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil, nil
-	}
+	infos, err := s.list(ctx)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "list bucket "+s.bucket)
+		return nil, err
 	}
 	var out []ChunkObject
 	for _, i := range infos {

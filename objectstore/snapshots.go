@@ -464,12 +464,9 @@ func chunkSubject(bucket, nuid string) string { return "$O." + bucket + ".C." + 
 // prefix (SnapshotPrefix: a tenant's, or one session's; "" for all), in
 // name order; uploads and chunks are not snapshots and are left out.
 func (s *Store) Snapshots(ctx context.Context, prefix string) ([]Snapshot, error) {
-	infos, err := s.obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil, nil
-	}
+	infos, err := s.list(ctx)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "list bucket "+s.bucket)
+		return nil, err
 	}
 	var out []Snapshot
 	for _, info := range infos {

@@ -23,14 +23,24 @@ type Object struct {
 	Created time.Time
 }
 
-// Objects lists every object of the bucket (snapshots and uploads).
-func (s *Store) Objects(ctx context.Context) ([]Object, error) {
+// list returns the infos of every object of the bucket (none of an
+// empty bucket).
+func (s *Store) list(ctx context.Context) ([]*jetstream.ObjectInfo, error) {
 	infos, err := s.obs.List(ctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Unavailable, err, "list bucket "+s.bucket)
+	}
+	return infos, nil
+}
+
+// Objects lists every object of the bucket (snapshots and uploads).
+func (s *Store) Objects(ctx context.Context) ([]Object, error) {
+	infos, err := s.list(ctx)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Object, 0, len(infos))
 	for _, i := range infos {

@@ -22,16 +22,7 @@ func (s *Scheduler) handleDiff(ctx context.Context, m *nats.Msg) {
 	}
 	ctx, span := s.startSpan(ctx, "diff", tenant, args.SessionID, req)
 	res, err := s.Diff(ctx, tenant, args)
-	if err != nil {
-		s.respondSpan(m, span, commands.ErrorReply(err))
-		return
-	}
-	b, err := commands.ResultReply(res)
-	if err != nil {
-		s.respondSpan(m, span, commands.ErrorReply(err))
-		return
-	}
-	s.respondSpan(m, span, b)
+	s.respondResult(m, span, res, err)
 }
 
 // Diff compares two recorded snapshots of tenant's session (see

@@ -44,15 +44,7 @@ func (s *Scheduler) handleFork(ctx context.Context, m *nats.Msg) {
 	}
 	ctx, span := s.startSpan(ctx, "fork", tenant, r.SessionID, req)
 	res, err := s.Fork(ctx, tenant, req, r)
-	if err != nil {
-		s.respondSpan(m, span, commands.ErrorReply(err))
-		return
-	}
-	b, err := commands.ResultReply(res)
-	if err != nil {
-		b = commands.ErrorReply(err)
-	}
-	s.respondSpan(m, span, b)
+	s.respondResult(m, span, res, err)
 }
 
 // Fork forks tenant's session r.SessionID as handleFork describes; req is

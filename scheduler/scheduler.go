@@ -681,16 +681,7 @@ func (s *Scheduler) handleLookup(ctx context.Context, m *nats.Msg) {
 	}
 	ctx, span := s.startSpan(ctx, "lookup", tenant, args.SessionID, req)
 	res, err := s.Lookup(ctx, tenant, args.SessionID)
-	if err != nil {
-		s.respondSpan(m, span, commands.ErrorReply(err))
-		return
-	}
-	b, err := commands.ResultReply(res)
-	if err != nil {
-		s.respondSpan(m, span, commands.ErrorReply(err))
-		return
-	}
-	s.respondSpan(m, span, b)
+	s.respondResult(m, span, res, err)
 }
 
 // Lookup reports a session's status and node. A session with no events,

@@ -33,3 +33,17 @@ func (s *Scheduler) respondSpan(m *nats.Msg, span trace.Span, reply []byte) {
 	tracing.End(span, code, err)
 	s.respond(m, reply)
 }
+
+// respondResult answers m with res, or with err when it is set (or when
+// res cannot be encoded), and ends span as respondSpan does.
+func (s *Scheduler) respondResult(m *nats.Msg, span trace.Span, res any, err error) {
+	if err != nil {
+		s.respondSpan(m, span, commands.ErrorReply(err))
+		return
+	}
+	b, err := commands.ResultReply(res)
+	if err != nil {
+		b = commands.ErrorReply(err)
+	}
+	s.respondSpan(m, span, b)
+}
