@@ -24,7 +24,7 @@ import (
 // key, the client is a tenant's) and the projector.
 func forkStack(t *testing.T, maxForks int) *testenv.Stack {
 	t.Helper()
-	st := testenv.StartStack(t, testenv.StackOptions{Auth: true, Scheduler: scheduler.Config{MaxForks: maxForks}})
+	st := testenv.StartStack(t, testenv.StackOptions{Auth: true, OtherTenants: []string{"other"}, Scheduler: scheduler.Config{MaxForks: maxForks}})
 	testenv.StartProjector(t, st.JS)
 	return st
 }
@@ -323,12 +323,6 @@ func TestForkRefused(t *testing.T) {
 
 	// Another tenant cannot fork this tenant's session: it does not exist
 	// for it.
-	if _, err := st.Auth.Add("other", auth.RoleClient, "other"); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Broker.Reload(); err != nil {
-		t.Fatal(err)
-	}
 	other, err := client.New(testenv.ConnectAs(t, st.Broker.ClientURL(), st.Auth.CredsPath("other")).Conn, client.Options{Tenant: "other"})
 	if err != nil {
 		t.Fatal(err)

@@ -113,6 +113,11 @@ type StackOptions struct {
 	// each connected with its own credentials, the node signing with its
 	// issued key.
 	Auth bool
+	// OtherTenants adds, with Auth, a client identity per tenant, named as
+	// the tenant, before the broker starts. A test then needs no reload
+	// while the stack runs: nats-server reads its options unlocked while it
+	// answers a direct get, so a reload at that instant is a data race.
+	OtherTenants []string
 }
 
 // Stack is a whole Paddock on one embedded server.
@@ -149,7 +154,11 @@ func StartStack(t testing.TB, opts StackOptions) *Stack {
 	var engineOpts []nats.Option
 	if opts.Auth {
 		st.Auth = auth.Open(t.TempDir())
-		for _, id := range [][3]string{{"engine", "engine", ""}, {opts.Node.ID, "node", ""}, {"client", "client", opts.Tenant}} {
+		ids := [][3]string{{"engine", "engine", ""}, {opts.Node.ID, "node", ""}, {"client", "client", opts.Tenant}}
+		for _, tenant := range opts.OtherTenants {
+			ids = append(ids, [3]string{tenant, "client", tenant})
+		}
+		for _, id := range ids {
 			if _, err := st.Auth.Add(id[0], auth.Role(id[1]), id[2]); err != nil {
 				t.Fatal(err)
 			}
