@@ -304,7 +304,25 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 			}()
 		}
 	} else {
+		// A reader killed before it deletes its consumer leaves it for the
+		// server to drop a minute later (nats.go's default is five).
+		cfg.InactiveThreshold = time.Minute
 		cons, err = l.js.OrderedConsumer(ctx, l.stream, cfg)
+		if err == nil {
+			// nats.go leaves an ordered consumer on the server when its
+			// reader stops; a caller reading in a loop would fill the
+			// stream's consumer limit. Delete the one in use at the end
+			// (one a reset replaced, nats.go deletes itself).
+			defer func() {
+				info := cons.CachedInfo()
+				if info == nil {
+					return
+				}
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = l.js.DeleteConsumer(dctx, l.stream, info.Name)
+			}()
+		}
 	}
 	if err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "events consumer")

@@ -121,3 +121,41 @@ func TestStreamDeniesDeleteAndPurge(t *testing.T) {
 		t.Fatal("replicas 9 accepted, want a config error")
 	}
 }
+
+// TestReadLeavesNoConsumer: a read, of what is there or until an error,
+// leaves no consumer on the server, so a caller reading in a loop cannot
+// fill the stream's consumer limit.
+func TestReadLeavesNoConsumer(t *testing.T) {
+	b := testenv.StartBroker(t)
+	nc := testenv.Connect(t, b.ClientURL())
+	js := testenv.JetStream(t, nc)
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	log := events.NewLog(js, "", "")
+	if _, err := log.Append(ctx, newEvent("s1", 1, events.PhaseStart), 0); err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("stop")
+	for i := range 20 {
+		if _, err := log.Session(ctx, "t", "s1"); err != nil {
+			t.Fatal(err)
+		}
+		// A reader that stops at its first event.
+		if err := log.Read(ctx, events.ReadOptions{}, func(events.Msg) error { return stop }); !errors.Is(err, stop) {
+			t.Fatalf("read %d: %v", i, err)
+		}
+	}
+	st, err := js.Stream(ctx, events.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 0 {
+		t.Fatalf("%d consumers left after 40 reads, want 0", info.State.Consumers)
+	}
+}
