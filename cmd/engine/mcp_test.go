@@ -99,7 +99,9 @@ func TestMCPPython(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		mcpLogs := &testenv.SyncBuffer{}
 		done := make(chan int, 1)
-		go func() { done <- run(ctx, []string{"mcp", "--server", url[1], "--http", "127.0.0.1:0", "--tokens", tokens}, nil, mcpLogs, mcpLogs) }()
+		go func() {
+			done <- run(ctx, []string{"mcp", "--server", url[1], "--http", "127.0.0.1:0", "--tokens", tokens}, nil, mcpLogs, mcpLogs)
+		}()
 		defer func() {
 			cancel()
 			select {
