@@ -96,6 +96,7 @@ func TestMCPPython(t *testing.T) {
 		if err := os.WriteFile(tokens, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		// Background: the server runs until the deferred cancel below.
 		ctx, cancel := context.WithCancel(context.Background())
 		mcpLogs := &testenv.SyncBuffer{}
 		done := make(chan int, 1)
