@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
@@ -22,27 +23,32 @@ type EventSource interface {
 
 var (
 	_ EventSource = (*events.Log)(nil)
-	_ EventSource = AuditorEvents{}
+	_ EventSource = (*AuditorEvents)(nil)
 )
 
 // AuditorEvents is an EventSource that reads through the one consumer an
 // auditor's credentials allow, which the engine provisions
-// (auditfeed.Provisioner); a reader with stream rights of its own (an
-// admin) leaves Consumer empty.
+// (auditfeed.Provisioner). One read at a time: each read makes that
+// consumer and deletes it when done, so two at once would take it from
+// each other.
 type AuditorEvents struct {
 	Log       *events.Log
 	Consumer  string
 	Provision events.Provisioner
+
+	mu sync.Mutex // held for a whole Read
 }
 
 // Read implements EventSource.
-func (a AuditorEvents) Read(ctx context.Context, opts events.ReadOptions, fn func(events.Msg) error) error {
+func (a *AuditorEvents) Read(ctx context.Context, opts events.ReadOptions, fn func(events.Msg) error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	opts.Consumer, opts.Provision = a.Consumer, a.Provision
 	return a.Log.Read(ctx, opts, fn)
 }
 
 // Subjects implements EventSource.
-func (a AuditorEvents) Subjects() events.Subjects { return a.Log.Subjects() }
+func (a *AuditorEvents) Subjects() events.Subjects { return a.Log.Subjects() }
 
 // EventsInput is sandbox_events' arguments.
 type EventsInput struct {

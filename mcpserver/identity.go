@@ -108,7 +108,7 @@ func (d *Dialed) dialEvents(cfg DialConfig, tenant string) (EventSource, error) 
 	case creds == nil || creds.Role == auth.RoleAdmin:
 		return log, nil
 	case creds.Role == auth.RoleAuditor && (creds.Tenant == "" || creds.Tenant == tenant):
-		return AuditorEvents{Log: log, Consumer: creds.Consumer(), Provision: auditfeed.Provisioner(nc, "", creds.Name, creds.Tenant)}, nil
+		return &AuditorEvents{Log: log, Consumer: creds.Consumer(), Provision: auditfeed.Provisioner(nc, "", creds.Name, creds.Tenant)}, nil
 	case creds.Role == auth.RoleAuditor:
 		return nil, errcode.New(errcode.PermissionDenied, "--events-creds: %s audits tenant %s, not %s", creds.Name, creds.Tenant, tenant)
 	default:

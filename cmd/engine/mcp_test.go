@@ -24,8 +24,10 @@ var mcpURLRE = regexp.MustCompile(`url=(http://\S+)`)
 // client (testdata/mcp_client.py), over stdio (the engine binary as the
 // client's subprocess) and over streamable HTTP (engine mcp --http with a
 // tokens file), against a real engine serve with auth on, as tenant
-// default's client identity: every tool works, and every operation's
-// events name that identity as the actor. Without python3 or the pysdk
+// default's client identity, reading events as an auditor of the tenant
+// (stdio) or an admin (HTTP): every tool works, and every operation's
+// events name the client identity as the actor. An auditor of another
+// tenant is refused as events reader. Without python3 or the pysdk
 // folder it skips, unless CI=true.
 func TestMCPPython(t *testing.T) {
 	if testing.Short() {
@@ -33,7 +35,8 @@ func TestMCPPython(t *testing.T) {
 	}
 	python, pysdk := pythonSDK(t)
 	engine := testenv.BuildBinary(t, "./cmd/engine")
-	logs, _ := serveStoppable(t, "--state-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--node-id", fmt.Sprintf("mcp-%d", time.Now().UnixNano()), "--runtime", "local")
+	state := t.TempDir()
+	logs, _ := serveStoppable(t, "--state-dir", state, "--listen", "127.0.0.1:0", "--node-id", fmt.Sprintf("mcp-%d", time.Now().UnixNano()), "--runtime", "local")
 	url := readyRE.FindStringSubmatch(logs.String())
 	admin := adminCredsRE.FindStringSubmatch(logs.String())
 	creds := clientCredsRE.FindStringSubmatch(logs.String())
@@ -44,6 +47,27 @@ func TestMCPPython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Auditors: one of tenant default (the events reader the docs
+	// recommend), one of another tenant (refused).
+	store := auth.Open(auth.DirIn(state))
+	for _, id := range [][2]string{{"aud-default", "default"}, {"aud-acme", "acme"}} {
+		if _, err := store.Add(id[0], auth.RoleAuditor, id[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The engine reloads its server's config when the store changes.
+	testenv.Eventually(t, 10*time.Second, func() error {
+		c, err := testenv.DialAs(url[1], store.CredsPath("aud-default"))
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	code, _, errs := cli(t, url[1], "", "mcp", "--creds", creds[1], "--events-creds", store.CredsPath("aud-acme"))
+	if code != 125 || !strings.Contains(errs, "permission_denied") || !strings.Contains(errs, "audits tenant acme") {
+		t.Fatalf("engine mcp with an auditor of another tenant: exit %d, %q; want 125, permission_denied", code, errs)
+	}
+
 	script, err := filepath.Abs("testdata/mcp_client.py")
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +110,7 @@ func TestMCPPython(t *testing.T) {
 	}
 
 	t.Run("stdio", func(t *testing.T) {
-		drive(t, "stdio", engine, "mcp", "--server", url[1], "--creds", creds[1], "--events-creds", admin[1])
+		drive(t, "stdio", engine, "mcp", "--server", url[1], "--creds", creds[1], "--events-creds", store.CredsPath("aud-default"))
 	})
 	t.Run("http", func(t *testing.T) {
 		token := strings.Repeat("5e", 32)
