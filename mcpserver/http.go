@@ -37,8 +37,9 @@ const (
 // that opened it (another token's requests on it are refused with 403,
 // by the SDK's session check). Bodies over MaxBodyBytes are refused with
 // 413; requests through a localhost address with another Host header
-// (DNS rebinding) with 403.
-func HTTPHandler(tokens TokensFile, servers []*mcp.Server, logger *slog.Logger) (http.Handler, error) {
+// (DNS rebinding) with 403, unless proxied: a TLS proxy on the same host
+// forwards the public host name.
+func HTTPHandler(tokens TokensFile, servers []*mcp.Server, logger *slog.Logger, proxied bool) (http.Handler, error) {
 	if len(servers) != len(tokens.Tokens) {
 		return nil, fmt.Errorf("mcpserver: %d servers for %d tokens", len(servers), len(tokens.Tokens))
 	}
@@ -65,9 +66,10 @@ func HTTPHandler(tokens TokensFile, servers []*mcp.Server, logger *slog.Logger) 
 		}
 		return servers[i]
 	}, &mcp.StreamableHTTPOptions{
-		MaxRequestBodyBytes: MaxBodyBytes,
-		SessionTimeout:      SessionIdle,
-		Logger:              logger,
+		MaxRequestBodyBytes:        MaxBodyBytes,
+		DisableLocalhostProtection: proxied,
+		SessionTimeout:             SessionIdle,
+		Logger:                     logger,
 	})
 	mux := http.NewServeMux()
 	mux.Handle(Path, mcpHandler)

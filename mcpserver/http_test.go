@@ -49,9 +49,18 @@ func connectHTTP(t *testing.T, url, token string) *mcp.ClientSession {
 // unless empty, and returns the status.
 func post(t *testing.T, url, token, session string, body io.Reader) int {
 	t.Helper()
+	return postHost(t, url, "", token, session, body)
+}
+
+// postHost is post with a Host header of host (unless empty).
+func postHost(t *testing.T, url, host, token, session string, body io.Reader) int {
+	t.Helper()
 	req, err := http.NewRequestWithContext(testenv.Context(t, 30*time.Second), http.MethodPost, url, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -75,8 +84,9 @@ const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pro
 
 // TestHTTP serves two tenants' identities on one streamable HTTP endpoint,
 // each behind its own bearer token, and attacks it: no token, a wrong or
-// short token, a token of tenant evil naming tenant default's session, a
-// token riding another token's MCP session, an oversize body. Each fails;
+// short token, a foreign Host through localhost (DNS rebinding), a token
+// of tenant evil naming tenant default's session, a token riding another
+// token's MCP session, an oversize body. Each fails;
 // the rightful caller's tools work, as its identity.
 func TestHTTP(t *testing.T) {
 	st := testenv.StartStack(t, testenv.StackOptions{Auth: true, OtherTenants: []string{"evil"}})
@@ -105,7 +115,7 @@ func TestHTTP(t *testing.T) {
 		id.Events = st.Log // the stream read as an auditor of... any tenant: the tool still asks for its own tenant's subjects only
 		servers = append(servers, mcpserver.New(id))
 	}
-	h, err := mcpserver.HTTPHandler(tf, servers, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, err := mcpserver.HTTPHandler(tf, servers, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +128,28 @@ func TestHTTP(t *testing.T) {
 		if got := post(t, url, c.token, "", strings.NewReader(initialize)); got != http.StatusUnauthorized {
 			t.Errorf("%s: status %d, want 401", c.name, got)
 		}
+	}
+
+	// A page on another site that resolves its name to 127.0.0.1 (DNS
+	// rebinding) reaches the server with its own Host: refused, even with
+	// a token.
+	if got := postHost(t, url, "evil.example.com", alice, "", strings.NewReader(initialize)); got != http.StatusForbidden {
+		t.Errorf("Host evil.example.com through 127.0.0.1: status %d, want 403", got)
+	}
+
+	// Behind a TLS proxy (--allow-remote) the proxy's Host is let through;
+	// the token is still required.
+	ph, err := mcpserver.HTTPHandler(tf, servers, slog.New(slog.NewTextHandler(io.Discard, nil)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxied := httptest.NewServer(ph)
+	t.Cleanup(proxied.Close)
+	if got := postHost(t, proxied.URL+mcpserver.Path, "mcp.example.com", alice, "", strings.NewReader(initialize)); got != http.StatusOK {
+		t.Errorf("proxied, Host mcp.example.com: status %d, want 200", got)
+	}
+	if got := postHost(t, proxied.URL+mcpserver.Path, "mcp.example.com", "", "", strings.NewReader(initialize)); got != http.StatusUnauthorized {
+		t.Errorf("proxied, no token: status %d, want 401", got)
 	}
 
 	// Alice works as herself.

@@ -25,7 +25,7 @@ func mcpCmd(ctx context.Context, base globals, args []string, stdin io.Reader, s
 	eventsCreds := fs.String("events-creds", os.Getenv("PADDOCK_EVENTS_CREDS"), "credentials that read events for sandbox_events: an auditor of the tenant, or an admin (env PADDOCK_EVENTS_CREDS; default: --creds, when they may)")
 	httpAddr := fs.String("http", "", "serve streamable HTTP on HOST:PORT (path "+mcpserver.Path+") instead of stdio; a loopback address unless --allow-remote")
 	tokens := fs.String("tokens", "", "with --http: the tokens file mapping bearer tokens' SHA-256 to credentials files (docs/security.md)")
-	remote := fs.Bool("allow-remote", false, "with --http: allow a non-loopback address (behind a TLS proxy: tokens travel in clear otherwise)")
+	remote := fs.Bool("allow-remote", false, "with --http: behind a TLS proxy: any address (tokens travel in clear otherwise), and no check that a request through localhost names localhost as its Host")
 	jsonLog := fs.Bool("json", false, "log JSON lines on stderr (log/slog's JSON handler); the protocol itself is always JSON")
 	pos, rest, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -79,7 +79,7 @@ func mcpCmd(ctx context.Context, base globals, args []string, stdin io.Reader, s
 		defer d.Close()
 		servers[i] = mcpserver.New(d.Identity)
 	}
-	h, err := mcpserver.HTTPHandler(tf, servers, logger)
+	h, err := mcpserver.HTTPHandler(tf, servers, logger, *remote)
 	if err != nil {
 		return err
 	}
