@@ -34,6 +34,8 @@ var arrows = []arrow{
 	{from: "cluster/...", to: "nodes/..."},
 	{from: "readiness/...", to: "nodes/..."},
 	{from: "provision/...", to: "nodes/..."},
+	{from: "mcpserver/...", to: "nodes/..."},
+	{from: "mcpserver/...", to: "scheduler/..."},
 	{from: "...", except: []string{"testenv"}, to: "testenv"},
 	{from: "...", except: []string{"cmd/..."}, to: "cmd/..."},
 }

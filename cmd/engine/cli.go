@@ -146,6 +146,9 @@ func leaves() []leaf {
 			return natsServerCmd(ctx, args, s.err)
 		}},
 		{"config print", "", "the effective settings of serve and where each came from", configPrintCmd},
+		{"mcp", "[--http HOST:PORT --tokens FILE]", "serve sandbox tools over MCP (stdio, or streamable HTTP)", func(ctx context.Context, base globals, args []string, s streams) error {
+			return mcpCmd(ctx, base, args, s.in, s.out, s.err)
+		}},
 	}
 }
 

@@ -99,6 +99,9 @@ Usage:
   engine nats-server -c FILE                   run a NATS server from a config file (SIGHUP reloads it)
   engine config print [--config FILE] [--json] the effective settings of serve: value and source
                                                (flag, env, file, default), secrets masked
+  engine mcp [--events-creds FILE] [--http HOST:PORT --tokens FILE] [--json]
+                                               serve sandbox tools over MCP: stdio as --creds' identity, or
+                                               streamable HTTP, each bearer token an identity (docs/cli.md)
   engine version, engine --version             the engine's version and the command contract's
   engine completion bash|zsh|fish|powershell   a shell completion script
   engine help [COMMAND]                        this text, or a command's flags (also COMMAND --help)
