@@ -45,13 +45,51 @@ func TestStoreAddRemove(t *testing.T) {
 	if err := st.Remove("alice"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(st.CredsPath("alice")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("revoked creds file still there: %v", err)
+	for _, p := range []string{st.CredsPath("alice"), st.NKeyPath("alice")} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("revoked identity's %s still there: %v", p, err)
+		}
 	}
 	conf, _ := os.ReadFile(st.ConfigPath())
 	if strings.Contains(string(conf), c.PublicKey) {
 		t.Fatal("a revoked key is still in the server config")
 	}
+}
+
+// TestStoreNKeyFile: Add writes the identity's seed, alone on its line,
+// to <name>.nk (0600) beside its credentials; Creds reads an identity's
+// credentials back, and refuses unknown or malformed names.
+func TestStoreNKeyFile(t *testing.T) {
+	st := auth.Open(filepath.Join(t.TempDir(), "auth"))
+	c, err := st.Add("alice", auth.RoleClient, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.NKeyPath("alice"), filepath.Join(st.Dir(), "creds", "alice.nk"); got != want {
+		t.Fatalf("NKeyPath = %s, want %s", got, want)
+	}
+	fi, err := os.Stat(st.NKeyPath("alice"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("nkey file: %v, mode %v; want 0600", err, fi.Mode())
+	}
+	b, err := os.ReadFile(st.NKeyPath("alice"))
+	if err != nil || string(b) != c.Seed+"\n" || !strings.HasPrefix(c.Seed, "SU") {
+		t.Fatalf("nkey file = %q, %v; want the seed %q and a newline", b, err, c.Seed)
+	}
+	got, err := st.Creds("alice")
+	if err != nil || got.Seed != c.Seed || got.PublicKey != c.PublicKey {
+		t.Fatalf("Creds(alice) = %+v, %v", got, err)
+	}
+	_, err = st.Creds("bob")
+	wantCode(t, err, errcode.NotFound)
+	_, err = st.Creds("../alice")
+	wantCode(t, err, errcode.InvalidRequest)
+	// A credentials file under another identity's name is refused.
+	if err := os.Rename(st.CredsPath("alice"), st.CredsPath("bob")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Creds("bob")
+	wantCode(t, err, errcode.InvalidRequest)
 }
 
 // TestStoreConcurrentAdds: concurrent `engine auth add` calls lose no one.
