@@ -249,7 +249,8 @@ func writeFile(path string, b []byte) error {
 // Bootstrap makes a new store ready for `engine serve`: an engine
 // identity, an admin (the CLI's default credentials), a client of tenant
 // "default", and a node identity for the in-process node. It does nothing
-// to a store that has identities, except adding the node if node is new.
+// to a store that has identities, except adding the node if node is new
+// and writing the nkey seed file of an identity that has none.
 func (s *Store) Bootstrap(node string) error {
 	ids, err := s.Identities()
 	if err != nil {
@@ -274,7 +275,44 @@ func (s *Store) Bootstrap(node string) error {
 			return err
 		}
 	}
-	return nil
+	return s.writeMissingNKeys()
+}
+
+// writeMissingNKeys writes the nkey seed file of every identity whose
+// credentials file is there and whose seed file is not (a store made
+// before the seed files were), under the store's lock.
+func (s *Store) writeMissingNKeys() error {
+	ids, err := s.Identities()
+	if err != nil {
+		return err
+	}
+	missing := false
+	for _, id := range ids {
+		if _, err := os.Stat(s.NKeyPath(id.Name)); errors.Is(err, os.ErrNotExist) {
+			missing = true
+		}
+	}
+	if !missing {
+		return nil // the common case: the store's files are left alone
+	}
+	return s.change(func(ids []Identity) ([]Identity, error) {
+		for _, id := range ids {
+			if _, err := os.Stat(s.NKeyPath(id.Name)); !errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			c, err := LoadCreds(s.CredsPath(id.Name))
+			if errors.Is(err, ErrNoCreds) {
+				continue // handed out and deleted here: nothing to copy
+			}
+			if err != nil {
+				return nil, err
+			}
+			if err := writeFile(s.NKeyPath(id.Name), append([]byte(c.Seed), '\n')); err != nil {
+				return nil, err
+			}
+		}
+		return ids, nil
+	})
 }
 
 // DefaultStateDir is where `engine serve` keeps its state by default:

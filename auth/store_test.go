@@ -92,6 +92,41 @@ func TestStoreNKeyFile(t *testing.T) {
 	wantCode(t, err, errcode.InvalidRequest)
 }
 
+// TestBootstrapWritesMissingNKeys: a store made before the nkey seed
+// files gets them at the next Bootstrap (engine serve's start), each the
+// seed of the identity's credentials.
+func TestBootstrapWritesMissingNKeys(t *testing.T) {
+	st := auth.Open(filepath.Join(t.TempDir(), "auth"))
+	if err := st.Bootstrap("node-1"); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.Identities()
+	if err != nil || len(ids) != 4 {
+		t.Fatalf("identities %v, %v; want 4", ids, err)
+	}
+	for _, id := range ids {
+		if err := os.Remove(st.NKeyPath(id.Name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Bootstrap("node-1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		c, err := auth.LoadCreds(st.CredsPath(id.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(st.NKeyPath(id.Name))
+		if err != nil || string(b) != c.Seed+"\n" {
+			t.Errorf("%s: nkey file %q, %v; want its seed", id.Name, b, err)
+		}
+		if fi, err := os.Stat(st.NKeyPath(id.Name)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: nkey file mode %v, %v; want 0600", id.Name, fi.Mode(), err)
+		}
+	}
+}
+
 // TestStoreConcurrentAdds: concurrent `engine auth add` calls lose no one.
 func TestStoreConcurrentAdds(t *testing.T) {
 	st := auth.Open(t.TempDir())
