@@ -110,6 +110,51 @@ func TestTenantIsTheAccount(t *testing.T) {
 	}
 }
 
+// TestNKeyFileConnects: the <name>.nk file is usable by nats.go's own
+// nkey option, and the connection is the identity the store issued, with
+// its tenant's rights (and no more: its inbox prefix is still its own).
+func TestNKeyFileConnects(t *testing.T) {
+	b := startBus(t)
+	b.echo(t)
+	opt, err := nats.NkeyOptionFromSeed(b.st.NKeyPath("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 16)
+	nc, err := nats.Connect(b.url, opt, nats.CustomInboxPrefix(b.ids["alice"].InboxPrefix()),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		t.Fatalf("connect with %s: %v", b.st.NKeyPath("alice"), err)
+	}
+	defer nc.Close()
+	m, err := nc.Request("sbx.cmd.acme.s1.running", []byte(`{}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := caller(t, m); got.Account != "acme" || got.User != b.ids["alice"].PublicKey {
+		t.Fatalf("caller %+v, want acme/%s", got, b.ids["alice"].PublicKey)
+	}
+	// Another tenant's subject is not alice's, whichever file she uses.
+	if err := nc.Publish("sbx.evt.acme.s1.exec.start", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("async error %v, want a permission violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("publishing on an events subject with alice's nkey drew no permission violation")
+	}
+	// A revoked identity's nkey file is gone with its credentials.
+	if err := b.st.Remove("alice2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nats.NkeyOptionFromSeed(b.st.NKeyPath("alice2")); err == nil {
+		t.Fatal("a revoked identity's nkey file still loads")
+	}
+}
+
 // TestClientConfinedToItsTenant: a client can neither command another
 // tenant, nor read anyone's replies, nor touch events.
 func TestClientConfinedToItsTenant(t *testing.T) {

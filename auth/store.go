@@ -12,11 +12,13 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 )
 
-// Store is an auth directory: identities.json, creds/<name>.creds and the
-// generated accounts.conf. Changes take an exclusive lock on the directory,
+// Store is an auth directory: identities.json, creds/<name>.creds (the
+// Paddock credentials, JSON), creds/<name>.nk (the same identity's nkey
+// seed, for NATS's own tools) and the generated accounts.conf. Changes take an exclusive lock on the directory,
 // so concurrent `engine auth` calls do not lose each other's identities.
 type Store struct {
 	dir string
@@ -34,6 +36,32 @@ func (s *Store) ConfigPath() string { return filepath.Join(s.dir, "accounts.conf
 // CredsPath is where the named identity's credentials file is.
 func (s *Store) CredsPath(name string) string {
 	return filepath.Join(s.dir, "creds", name+".creds")
+}
+
+// NKeyPath is where the named identity's nkey seed file is: the seed on
+// one line, what `nats --nkey FILE`, nats.go's NkeyOptionFromSeed and
+// nats.py's nkeys_seed= read.
+func (s *Store) NKeyPath(name string) string {
+	return filepath.Join(s.dir, "creds", name+".nk")
+}
+
+// Creds returns the named identity's credentials, from its credentials
+// file. An identity the store does not hold is not_found.
+func (s *Store) Creds(name string) (*Creds, error) {
+	if err := commands.CheckToken("name", name); err != nil {
+		return nil, err
+	}
+	c, err := LoadCreds(s.CredsPath(name))
+	if errors.Is(err, ErrNoCreds) {
+		return nil, errcode.Wrap(errcode.NotFound, err, "no credentials of identity "+name+" in "+s.dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.Name != name {
+		return nil, errcode.New(errcode.InvalidRequest, "%s holds the credentials of %s, not %s", s.CredsPath(name), c.Name, name)
+	}
+	return c, nil
 }
 
 func (s *Store) idsPath() string { return filepath.Join(s.dir, "identities.json") }
@@ -61,7 +89,7 @@ func (s *Store) Identities() ([]Identity, error) {
 }
 
 // Add makes a new identity with a fresh nkey, writes its credentials file
-// (0600) and rewrites the server config. A name already taken is
+// and its nkey seed file (both 0600) and rewrites the server config. A name already taken is
 // already_exists; an invalid one invalid_request.
 func (s *Store) Add(name string, role Role, tenant string) (*Creds, error) {
 	kp, err := nkeys.CreateUser()
@@ -89,6 +117,9 @@ func (s *Store) Add(name string, role Role, tenant string) (*Creds, error) {
 		if err := os.MkdirAll(filepath.Join(s.dir, "creds"), 0o700); err != nil {
 			return nil, err
 		}
+		if err := writeFile(s.NKeyPath(name), append([]byte(c.Seed), '\n')); err != nil {
+			return nil, err
+		}
 		if err := writeFile(s.CredsPath(name), append(b, '\n')); err != nil {
 			return nil, err
 		}
@@ -101,7 +132,8 @@ func (s *Store) Add(name string, role Role, tenant string) (*Creds, error) {
 }
 
 // Remove revokes an identity: it leaves the server config (a server that
-// reloads it refuses the key) and its credentials file is deleted. An
+// reloads it refuses the key) and its credentials and nkey seed files are
+// deleted. An
 // unknown name is not_found.
 func (s *Store) Remove(name string) error {
 	return s.change(func(ids []Identity) ([]Identity, error) {
@@ -117,8 +149,10 @@ func (s *Store) Remove(name string) error {
 		if !found {
 			return nil, errcode.New(errcode.NotFound, "no identity %s", name)
 		}
-		if err := os.Remove(s.CredsPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
+		for _, p := range []string{s.CredsPath(name), s.NKeyPath(name)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, err
+			}
 		}
 		return out, nil
 	})
@@ -215,7 +249,8 @@ func writeFile(path string, b []byte) error {
 // Bootstrap makes a new store ready for `engine serve`: an engine
 // identity, an admin (the CLI's default credentials), a client of tenant
 // "default", and a node identity for the in-process node. It does nothing
-// to a store that has identities, except adding the node if node is new.
+// to a store that has identities, except adding the node if node is new
+// and writing the nkey seed file of an identity that has none.
 func (s *Store) Bootstrap(node string) error {
 	ids, err := s.Identities()
 	if err != nil {
@@ -240,7 +275,44 @@ func (s *Store) Bootstrap(node string) error {
 			return err
 		}
 	}
-	return nil
+	return s.writeMissingNKeys()
+}
+
+// writeMissingNKeys writes the nkey seed file of every identity whose
+// credentials file is there and whose seed file is not (a store made
+// before the seed files were), under the store's lock.
+func (s *Store) writeMissingNKeys() error {
+	ids, err := s.Identities()
+	if err != nil {
+		return err
+	}
+	missing := false
+	for _, id := range ids {
+		if _, err := os.Stat(s.NKeyPath(id.Name)); errors.Is(err, os.ErrNotExist) {
+			missing = true
+		}
+	}
+	if !missing {
+		return nil // the common case: the store's files are left alone
+	}
+	return s.change(func(ids []Identity) ([]Identity, error) {
+		for _, id := range ids {
+			if _, err := os.Stat(s.NKeyPath(id.Name)); !errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			c, err := LoadCreds(s.CredsPath(id.Name))
+			if errors.Is(err, ErrNoCreds) {
+				continue // handed out and deleted here: nothing to copy
+			}
+			if err != nil {
+				return nil, err
+			}
+			if err := writeFile(s.NKeyPath(id.Name), append([]byte(c.Seed), '\n')); err != nil {
+				return nil, err
+			}
+		}
+		return ids, nil
+	})
 }
 
 // DefaultStateDir is where `engine serve` keeps its state by default:

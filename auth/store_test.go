@@ -45,12 +45,85 @@ func TestStoreAddRemove(t *testing.T) {
 	if err := st.Remove("alice"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(st.CredsPath("alice")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("revoked creds file still there: %v", err)
+	for _, p := range []string{st.CredsPath("alice"), st.NKeyPath("alice")} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("revoked identity's %s still there: %v", p, err)
+		}
 	}
 	conf, _ := os.ReadFile(st.ConfigPath())
 	if strings.Contains(string(conf), c.PublicKey) {
 		t.Fatal("a revoked key is still in the server config")
+	}
+}
+
+// TestStoreNKeyFile: Add writes the identity's seed, alone on its line,
+// to <name>.nk (0600) beside its credentials; Creds reads an identity's
+// credentials back, and refuses unknown or malformed names.
+func TestStoreNKeyFile(t *testing.T) {
+	st := auth.Open(filepath.Join(t.TempDir(), "auth"))
+	c, err := st.Add("alice", auth.RoleClient, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.NKeyPath("alice"), filepath.Join(st.Dir(), "creds", "alice.nk"); got != want {
+		t.Fatalf("NKeyPath = %s, want %s", got, want)
+	}
+	fi, err := os.Stat(st.NKeyPath("alice"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("nkey file: %v, mode %v; want 0600", err, fi.Mode())
+	}
+	b, err := os.ReadFile(st.NKeyPath("alice"))
+	if err != nil || string(b) != c.Seed+"\n" || !strings.HasPrefix(c.Seed, "SU") {
+		t.Fatalf("nkey file = %q, %v; want the seed %q and a newline", b, err, c.Seed)
+	}
+	got, err := st.Creds("alice")
+	if err != nil || got.Seed != c.Seed || got.PublicKey != c.PublicKey {
+		t.Fatalf("Creds(alice) = %+v, %v", got, err)
+	}
+	_, err = st.Creds("bob")
+	wantCode(t, err, errcode.NotFound)
+	_, err = st.Creds("../alice")
+	wantCode(t, err, errcode.InvalidRequest)
+	// A credentials file under another identity's name is refused.
+	if err := os.Rename(st.CredsPath("alice"), st.CredsPath("bob")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Creds("bob")
+	wantCode(t, err, errcode.InvalidRequest)
+}
+
+// TestBootstrapWritesMissingNKeys: a store made before the nkey seed
+// files gets them at the next Bootstrap (engine serve's start), each the
+// seed of the identity's credentials.
+func TestBootstrapWritesMissingNKeys(t *testing.T) {
+	st := auth.Open(filepath.Join(t.TempDir(), "auth"))
+	if err := st.Bootstrap("node-1"); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.Identities()
+	if err != nil || len(ids) != 4 {
+		t.Fatalf("identities %v, %v; want 4", ids, err)
+	}
+	for _, id := range ids {
+		if err := os.Remove(st.NKeyPath(id.Name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Bootstrap("node-1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		c, err := auth.LoadCreds(st.CredsPath(id.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(st.NKeyPath(id.Name))
+		if err != nil || string(b) != c.Seed+"\n" {
+			t.Errorf("%s: nkey file %q, %v; want its seed", id.Name, b, err)
+		}
+		if fi, err := os.Stat(st.NKeyPath(id.Name)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: nkey file mode %v, %v; want 0600", id.Name, fi.Mode(), err)
+		}
 	}
 }
 

@@ -53,22 +53,26 @@ type SDKFinish struct {
 }
 
 // sdkOps maps our ops to the SDK's OpName. Ops missing here (ls, rm,
-// mkdir, lookup, exec_read and the proc ops: the SDK's PTY calls are not
-// audited) have no SDK op.
+// mkdir, lookup, exec_read and the proc ops but proc_start) have no SDK
+// op. proc_start is exec: the SDK audits no PTY call, but an agent's
+// shell tool runs its commands through one on a session that supports
+// PTYs (as the Paddock provider's does), so without it an export would
+// hold none of the agent's commands.
 var sdkOps = map[commands.Op]string{
-	commands.OpCreate:   "start",
-	commands.OpStart:    "start",
-	commands.OpResume:   "start",
-	commands.OpStop:     "stop",
-	commands.OpShutdown: "shutdown",
-	commands.OpDelete:   "shutdown",
-	commands.OpExec:     "exec",
-	commands.OpRead:     "read",
-	commands.OpWrite:    "write",
-	commands.OpRunning:  "running",
-	commands.OpPersist:  "persist_workspace",
-	commands.OpHydrate:  "hydrate_workspace",
-	commands.OpPort:     "resolve_exposed_port",
+	commands.OpProcStart: "exec",
+	commands.OpCreate:    "start",
+	commands.OpStart:     "start",
+	commands.OpResume:    "start",
+	commands.OpStop:      "stop",
+	commands.OpShutdown:  "shutdown",
+	commands.OpDelete:    "shutdown",
+	commands.OpExec:      "exec",
+	commands.OpRead:      "read",
+	commands.OpWrite:     "write",
+	commands.OpRunning:   "running",
+	commands.OpPersist:   "persist_workspace",
+	commands.OpHydrate:   "hydrate_workspace",
+	commands.OpPort:      "resolve_exposed_port",
 }
 
 // ToSDK converts a session event to the OpenAI Agents SDK's audit event
@@ -87,15 +91,21 @@ var sdkOps = map[commands.Op]string{
 //     time or tell sessions apart by "paddock.tenant".
 //   - op: create, start and resume are start; stop is stop; shutdown and
 //     delete are shutdown; exec, read, write and running keep their
-//     names; persist is persist_workspace, hydrate is hydrate_workspace, port
-//     is resolve_exposed_port.
+//     names; proc_start is exec too (the agent's shell commands when the
+//     session supports PTYs); persist is persist_workspace, hydrate is
+//     hydrate_workspace, port is resolve_exposed_port.
 //   - data is ours plus "paddock.tenant", "paddock.session_id" and
 //     "paddock.op" (always), and "paddock.command_id", "paddock.node",
 //     "paddock.actor", "paddock.prev_hash", "paddock.stdout_truncated",
 //     "paddock.stderr_truncated" when set, so nothing stored is lost. An
-//     exec start adds the SDK's "command" (our argv) and "timeout_s"
-//     (timeout_ms/1000); an exec finish with an exit code adds
-//     "exit_code" and "process.exit.code".
+//     exec or proc_start start adds the SDK's "command" (our argv, as the
+//     node ran it: ["sh","-lc",CMD] stays that), "timeout_s"
+//     (timeout_ms/1000; null for proc_start, whose process has none) and
+//     "user" (null when the session's own); an exec or proc_start finish
+//     with an exit code adds "exit_code" and "process.exit.code". ToSDK
+//     sees one event: SDKExporter also copies the start's "command",
+//     "timeout_s" and "user" into the finish, as the SDK's finish data has
+//     them.
 //   - A finish has ok (false when absent), duration_ms (0 when absent),
 //     error_code (see SDKErrorCode), error_type "paddock.<our code>",
 //     error_message and error_retryable as stored (null when absent), and
@@ -240,23 +250,103 @@ func sdkData(ev Event) map[string]json.RawMessage {
 	if ev.StderrTruncated {
 		set("paddock.stderr_truncated", true)
 	}
-	if commands.Op(ev.Op) != commands.OpExec {
+	switch commands.Op(ev.Op) {
+	case commands.OpExec:
+		if ev.Phase == PhaseStart {
+			if st, err := DecodeData[ExecStart](ev); err == nil {
+				set("command", st.Argv)
+				if st.TimeoutMS > 0 {
+					set("timeout_s", float64(st.TimeoutMS)/1000)
+				} else {
+					set("timeout_s", nil)
+				}
+				setUser(set, st.User)
+			}
+			return data
+		}
+	case commands.OpProcStart:
+		if ev.Phase == PhaseStart {
+			if st, err := DecodeData[ProcStart](ev); err == nil {
+				set("command", st.Argv)
+				set("timeout_s", nil)
+				setUser(set, st.User)
+			}
+			return data
+		}
+		if fin, err := DecodeData[ProcUpdate](ev); err == nil && fin.ExitCode != nil && ev.ExitCode == nil {
+			set("exit_code", *fin.ExitCode)
+			set("process.exit.code", *fin.ExitCode)
+		}
+	default:
 		return data
 	}
-	if ev.Phase == PhaseStart {
-		if st, err := DecodeData[ExecStart](ev); err == nil {
-			set("command", st.Argv)
-			if st.TimeoutMS > 0 {
-				set("timeout_s", float64(st.TimeoutMS)/1000)
-			} else {
-				set("timeout_s", nil)
-			}
-		}
-	} else if ev.ExitCode != nil {
+	if ev.ExitCode != nil {
 		set("exit_code", *ev.ExitCode)
 		set("process.exit.code", *ev.ExitCode)
 	}
 	return data
+}
+
+// setUser sets the SDK's "user": the exec's user, or null for the
+// session's own.
+func setUser(set func(string, any), user string) {
+	if user == "" {
+		set("user", nil)
+		return
+	}
+	set("user", user)
+}
+
+// sdkStartKeys are the SDK's exec start data keys that its finish data
+// repeats (the SDK's finish data is its start data plus the exit code).
+var sdkStartKeys = []string{"command", "timeout_s", "user"}
+
+// maxSDKOpenSpans bounds the exec starts an SDKExporter holds waiting for
+// their finish; past it a finish may lack its command.
+const maxSDKOpenSpans = 100_000
+
+// SDKExporter converts a sequence of session events, in stream order, to
+// the SDK's format: ToSDK, plus what needs the start event when its finish
+// comes. An exec's (and proc_start's) finish gets the start's "command",
+// "timeout_s" and "user", so a reader of finish events alone still sees
+// which command exited how, as in the SDK's own events. The zero value is
+// ready; it is not safe for concurrent use.
+type SDKExporter struct {
+	open map[string]map[string]json.RawMessage // span id -> start keys
+}
+
+// Convert returns ev in the SDK's format, or false when it has none (see
+// ToSDK).
+func (x *SDKExporter) Convert(ev Event) (SDKEvent, bool) {
+	out, ok := ToSDK(ev)
+	if !ok || out.Op != "exec" {
+		return out, ok
+	}
+	key := ev.Tenant + "\x00" + ev.SessionID + "\x00" + ev.SpanID
+	if ev.Phase == PhaseStart {
+		if x.open == nil {
+			x.open = map[string]map[string]json.RawMessage{}
+		}
+		if len(x.open) < maxSDKOpenSpans {
+			kept := map[string]json.RawMessage{}
+			for _, k := range sdkStartKeys {
+				if v, ok := out.Data[k]; ok {
+					kept[k] = v
+				}
+			}
+			x.open[key] = kept
+		}
+		return out, true
+	}
+	if kept, ok := x.open[key]; ok {
+		delete(x.open, key)
+		for k, v := range kept {
+			if _, set := out.Data[k]; !set {
+				out.Data[k] = v
+			}
+		}
+	}
+	return out, true
 }
 
 // sdkText returns captured output as the SDK's text, or nil when there is

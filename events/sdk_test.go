@@ -120,6 +120,23 @@ func TestToSDK(t *testing.T) {
 		{name: "code without an SDK equivalent", ev: ev("start", events.PhaseFinish, func(e *events.Event) {
 			e.OK, e.ErrorCode, e.ErrorRetryable = &no, "invalid_state", &no
 		}), want: map[string]any{"error_code": nil, "error_type": "paddock.invalid_state", "error_retryable": false}},
+		{name: "exec start as another user", ev: ev("exec", events.PhaseStart, func(e *events.Event) {
+			e.Data = json.RawMessage(`{"argv":["sh","-lc","id -un"],"cwd":"sub","timeout_ms":600000,"env_keys":["A"],"user":"agent"}`)
+		}), want: map[string]any{"op": "exec"}, wantData: map[string]any{
+			"command": []any{"sh", "-lc", "id -un"}, "timeout_s": 600.0, "user": "agent", "cwd": "sub", "env_keys": []any{"A"},
+		}},
+		{name: "exec start as the session's user", ev: ev("exec", events.PhaseStart, func(e *events.Event) {
+			e.Data = json.RawMessage(`{"argv":["sh","-c","true"],"timeout_ms":1000}`)
+		}), wantData: map[string]any{"command": []any{"sh", "-c", "true"}, "user": nil}},
+		{name: "proc_start start is exec", ev: ev("proc_start", events.PhaseStart, func(e *events.Event) {
+			e.Data = json.RawMessage(`{"argv":["sh","-lc","pytest -q"],"tty":true}`)
+		}), want: map[string]any{"op": "exec"}, wantData: map[string]any{
+			"command": []any{"sh", "-lc", "pytest -q"}, "timeout_s": nil, "user": nil, "tty": true, "paddock.op": "proc_start",
+		}},
+		{name: "proc_start finish with exit code", ev: ev("proc_start", events.PhaseFinish, func(e *events.Event) {
+			e.Data = json.RawMessage(`{"process_id":7,"output_bytes":3,"running":false,"exit_code":4}`)
+		}), want: map[string]any{"op": "exec", "ok": true}, wantData: map[string]any{"exit_code": 4.0, "process.exit.code": 4.0}},
+		{name: "proc_write is skipped", ev: ev("proc_write", events.PhaseStart, nil), skip: true},
 		{name: "ls is skipped", ev: ev("ls", events.PhaseStart, nil), skip: true},
 		{name: "rm is skipped", ev: ev("rm", events.PhaseFinish, nil), skip: true},
 		{name: "mkdir is skipped", ev: ev("mkdir", events.PhaseStart, nil), skip: true},
@@ -205,7 +222,7 @@ func TestToSDKRecordedHistory(t *testing.T) {
 		}
 		got, ok := sdkJSON(t, ev)
 		switch ev.Op {
-		case "ls", "rm", "mkdir", "exec_read", "proc_start", "proc_write", "proc_read", "proc_resize", "proc_signal", "proc_list", "proc_exit", "fork":
+		case "ls", "rm", "mkdir", "exec_read", "proc_write", "proc_read", "proc_resize", "proc_signal", "proc_list", "proc_exit", "fork":
 			if ok {
 				t.Errorf("line %d: %s converted, want it skipped", n, ev.Op)
 			}
@@ -230,6 +247,67 @@ func TestToSDKRecordedHistory(t *testing.T) {
 	}
 	if converted == 0 {
 		t.Fatal("no event converted")
+	}
+}
+
+// TestSDKExporterRecordedShapes converts events as a node recorded them
+// for the Python provider's commands: exec with ["sh","-lc",CMD] (the
+// SDK's default shell) as another user with env and a timeout, exec with
+// ["sh","-c",CMD] in a cwd, and the shell tool's proc_start. Every one is
+// an SDK exec whose start and finish both carry the command, as the SDK's
+// own finish data does.
+func TestSDKExporterRecordedShapes(t *testing.T) {
+	recorded := []string{
+		`{"version":2,"event_id":"8a0c8f35-57a5-4b8a-9f43-1b7c2b0e6a01","ts":"2026-11-27T08:30:14.1Z","tenant":"acme","session_id":"s1","seq":5,"op":"exec","phase":"start","span_id":"a1","data":{"argv":["sh","-lc","pip list"],"timeout_ms":30000,"env_keys":["PIP_NO_INPUT"],"user":"agent"}}`,
+		`{"version":2,"event_id":"9d1b5e2c-6a0f-4a1e-8e0b-2c3d4e5f6a02","ts":"2026-11-27T08:30:14.2Z","tenant":"acme","session_id":"s1","seq":6,"op":"exec","phase":"start","span_id":"a2","data":{"argv":["sh","-c","ls"],"cwd":"src","timeout_ms":600000}}`,
+		`{"version":2,"event_id":"0e2c6f3d-7b1a-4b2f-9f1c-3d4e5f6a7b03","ts":"2026-11-27T08:30:14.3Z","tenant":"acme","session_id":"s1","seq":7,"op":"exec","phase":"finish","span_id":"a2","data":{"stdout_bytes":4,"stderr_bytes":0},"ok":true,"duration_ms":3.1,"exit_code":0}`,
+		`{"version":2,"event_id":"1f3d7a4e-8c2b-4c3a-8a2d-4e5f6a7b8c04","ts":"2026-11-27T08:30:14.4Z","tenant":"acme","session_id":"s1","seq":8,"op":"exec","phase":"finish","span_id":"a1","data":{"stdout_bytes":9,"stderr_bytes":0},"ok":false,"duration_ms":80.2,"exit_code":1}`,
+		`{"version":2,"event_id":"2a4e8b5f-9d3c-4d4b-9b3e-5f6a7b8c9d05","ts":"2026-11-27T08:30:14.5Z","tenant":"acme","session_id":"s1","seq":9,"op":"proc_start","phase":"start","span_id":"a3","data":{"argv":["sh","-lc","cd /workspace && pytest -q"],"tty":true}}`,
+		`{"version":2,"event_id":"3b5f9c6a-0e4d-4e5c-8c4f-6a7b8c9d0e06","ts":"2026-11-27T08:30:14.6Z","tenant":"acme","session_id":"s1","seq":10,"op":"proc_start","phase":"finish","span_id":"a3","data":{"process_id":9,"output_bytes":120,"running":false,"exit_code":0},"ok":true,"duration_ms":900.5}`,
+	}
+	wantCommand := map[string][]any{
+		"a1": {"sh", "-lc", "pip list"},
+		"a2": {"sh", "-c", "ls"},
+		"a3": {"sh", "-lc", "cd /workspace && pytest -q"},
+	}
+	wantUser := map[string]any{"a1": "agent", "a2": nil, "a3": nil}
+	wantExit := map[string]float64{"a1": 1, "a2": 0, "a3": 0}
+	var x events.SDKExporter
+	finished := map[string]bool{}
+	for n, line := range recorded {
+		ev, err := events.Parse([]byte(line))
+		if err != nil {
+			t.Fatalf("line %d: %v", n+1, err)
+		}
+		out, ok := x.Convert(ev)
+		if !ok || out.Op != "exec" {
+			t.Fatalf("line %d: converted %v, op %q; want exec", n+1, ok, out.Op)
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Data map[string]any `json:"data"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Data["command"]; !reflect.DeepEqual(got, wantCommand[ev.SpanID]) {
+			t.Errorf("line %d (%s %s): command %#v, want %#v", n+1, ev.Op, ev.Phase, got, wantCommand[ev.SpanID])
+		}
+		if got, present := m.Data["user"]; !present || !reflect.DeepEqual(got, wantUser[ev.SpanID]) {
+			t.Errorf("line %d (%s %s): user %#v (present %v), want %#v", n+1, ev.Op, ev.Phase, got, present, wantUser[ev.SpanID])
+		}
+		if ev.Phase == events.PhaseFinish {
+			finished[ev.SpanID] = true
+			if got := m.Data["exit_code"]; got != wantExit[ev.SpanID] {
+				t.Errorf("line %d: exit_code %#v, want %v", n+1, got, wantExit[ev.SpanID])
+			}
+		}
+	}
+	if len(finished) != 3 {
+		t.Errorf("finished %v, want all three", finished)
 	}
 }
 

@@ -97,7 +97,7 @@ func TestEnsureBase(t *testing.T) {
 
 // sandboxOf returns a running sandbox of image on a Docker runtime of the
 // test's, shut down when the test ends.
-func sandboxOf(t *testing.T, image string) runtime.Sandbox {
+func sandboxOf(t testing.TB, image string) runtime.Sandbox {
 	t.Helper()
 	rt, err := docker.New(docker.Config{Client: testenv.DockerClient(t), Node: "test-" + uuid.NewString(), DiskDir: testenv.DiskDir(t)})
 	if err != nil {

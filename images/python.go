@@ -60,7 +60,9 @@ func (c PythonConfig) RootfsTarball() string {
 // minbase (debootstrap --variant=minbase) with python3 and git, the apt
 // caches and documentation removed, /workspace owned by nobody (65534,
 // which Debian's passwd names) and /tmp 1777, imported as one layer with
-// PATH set and WORKDIR /workspace, as the base image has. The root file
+// PATH set and WORKDIR /workspace, as the base image has, and with
+// Profile and RootProfile as /etc/profile and /root/.profile (a login
+// shell as cheap as sh -c, issue 26). The root file
 // system is packed once into cfg's cache and imported from there on later
 // builds. Building it needs debootstrap, root and a reachable mirror; the
 // error says which is missing.
@@ -81,7 +83,9 @@ func BuildPython(ctx context.Context, cli *client.Client, tag string, cfg Python
 		return fmt.Errorf("python image: %w", err)
 	}
 	defer f.Close()
-	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: f, SourceName: "-"}, tag, image.ImportOptions{
+	src := withImageFiles(f)
+	defer src.Close()
+	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: src, SourceName: "-"}, tag, image.ImportOptions{
 		Changes: []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8", "WORKDIR /workspace"},
 		Message: "paddock sandbox python (debian " + cfg.Suite + " minbase, python3, git)",
 	})

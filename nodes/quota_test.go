@@ -2,6 +2,7 @@ package nodes_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -49,6 +50,9 @@ func TestPersistQuota(t *testing.T) {
 	persisted := 0
 	var refused error
 	for ; persisted < 20; persisted++ {
+		// Each persist has something new: an unchanged workspace's persist
+		// would keep the last snapshot and store nothing (issue 26).
+		exec("echo " + strconv.Itoa(persisted) + " > n")
 		if _, refused = st.Client.Persist(ctx, s.SessionID); refused != nil {
 			break
 		}

@@ -56,9 +56,13 @@ type session struct {
 	lastSnap *commands.Snapshot
 	// snaps are every snapshot the session recorded, oldest first (resume
 	// --at picks one); lastSnap is the newest.
-	snaps  []commands.Snapshot
-	status projection.Status
-	memory memory
+	snaps []commands.Snapshot
+	// tarContent is the content digest (tarContentSum) of the tar snapshot
+	// this node last stored for the session, which lets an unchanged
+	// workspace's persist keep that one (issue 26).
+	tarContent struct{ id, sum string }
+	status     projection.Status
+	memory     memory
 
 	// idle is the session's idle timeout (0: none); lastActive (unix
 	// nanoseconds) is when an op last began or ended, active how many run

@@ -126,8 +126,8 @@ func (a *Agent) persistWorkspace(ctx context.Context, s *session) (persisted, er
 		return persisted{}, err
 	}
 	if a.cfg.Snapshots == SnapshotsTar {
-		snap, err := a.persistTar(ctx, s, store)
-		return persisted{snap: snap}, err
+		snap, unchanged, err := a.persistTar(ctx, s, store)
+		return persisted{snap: snap, unchanged: unchanged}, err
 	}
 	// The last snapshot vouches for its chunks (and an unchanged
 	// workspace is recorded as it) only while it is stored: a kept

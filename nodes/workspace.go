@@ -1,10 +1,12 @@
 package nodes
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync/atomic"
@@ -48,18 +50,35 @@ func (a *Agent) workspaces(ctx context.Context) (*objectstore.Store, error) {
 }
 
 // persistTar streams the session's workspace into a new tar snapshot
-// (Config.Snapshots tar).
-func (a *Agent) persistTar(ctx context.Context, s *session, store *objectstore.Store) (*commands.Snapshot, error) {
+// and returns it, and whether the workspace was the last snapshot's.
+// While the tar goes up its content is digested (tarContentSum: names,
+// types, modes, owners, link targets and bytes, not times); when that is
+// the digest of the session's last tar snapshot, still stored, the new
+// object is deleted and the last snapshot returned (unchanged), so a stop
+// after a persist, or a shutdown after a stop, keeps one snapshot
+// (issue 26).
+func (a *Agent) persistTar(ctx context.Context, s *session, store *objectstore.Store) (*commands.Snapshot, bool, error) {
 	sb := s.sandbox()
 	pr, pw := io.Pipe()
+	hr, hw := io.Pipe()
 	type exported struct {
 		st  archive.Stats
 		err error
 	}
 	done := make(chan exported, 1)
+	sums := make(chan string, 1)
+	go func() { // ends at the end of the export: hw is closed then
+		sum, err := tarContentSum(hr)
+		if err != nil {
+			sum = "" // not a tar we can read: never the same as another
+		}
+		_, _ = io.Copy(io.Discard, hr)
+		sums <- sum
+	}()
 	go func() { // ends when the export ends or the store stops reading
-		st, err := sb.ExportWorkspace(ctx, pw, ephemeralSkip(s.ephemeral))
+		st, err := sb.ExportWorkspace(ctx, io.MultiWriter(pw, hw), ephemeralSkip(s.ephemeral))
 		pw.CloseWithError(err)
+		hw.CloseWithError(err)
 		done <- exported{st, err}
 	}()
 	var ex exported
@@ -73,23 +92,74 @@ func (a *Agent) persistTar(ctx context.Context, s *session, store *objectstore.S
 	if !got {
 		ex = <-done
 	}
+	sum := <-sums
 	// Whoever failed first has the cause: the export, when the store met
 	// the end of its stream as an error; else the store, and the export
 	// failed only because the store stopped reading.
 	if err != nil && !src.failed.Load() {
 		a.logger.Warn("persist failed: the workspace was not stored", "tenant", s.tenant, "session", s.id, "err", err)
-		return nil, err
+		return nil, false, err
 	}
 	if ex.err != nil {
 		a.logger.Warn("persist failed: the workspace was not read", "tenant", s.tenant, "session", s.id, "err", ex.err)
-		return nil, ex.err
+		return nil, false, ex.err
 	}
 	if err != nil {
 		a.logger.Warn("persist failed", "tenant", s.tenant, "session", s.id, "err", err)
-		return nil, err
+		return nil, false, err
 	}
+	if last := s.snapshot(); last != nil && sum != "" && s.tarContentOf(last.ID) == sum && a.stillStored(ctx, store, s, last) {
+		if err := store.DeleteSnapshot(ctx, s.tenant, s.id, snap.ID); err != nil {
+			// Two copies are stored; the persist itself did what it must.
+			a.logger.Warn("persist: the unchanged workspace's new copy was not deleted", "tenant", s.tenant, "session", s.id, "snapshot", snap.ID, "err", err)
+		} else {
+			return last, true, nil
+		}
+	}
+	s.setTarContent(snap.ID, sum)
 	s.setSnapshot(&snap)
-	return &snap, nil
+	return &snap, false, nil
+}
+
+// tarContentOf returns the content digest of the session's tar snapshot
+// id, when this node stored it ("" otherwise).
+func (s *session) tarContentOf(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tarContent.id != id {
+		return ""
+	}
+	return s.tarContent.sum
+}
+
+// setTarContent records the content digest of the tar snapshot id.
+func (s *session) setTarContent(id, sum string) {
+	s.mu.Lock()
+	s.tarContent.id, s.tarContent.sum = id, sum
+	s.mu.Unlock()
+}
+
+// tarContentSum digests what a workspace tar holds, not when: each
+// member's name, type, mode, owner, link target, size and bytes, in
+// order. Two exports of an unchanged workspace have the same sum though
+// their times (a directory's mtime after a file was made in it and
+// removed) differ.
+func tarContentSum(r io.Reader) (string, error) {
+	h := sha256.New()
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return hex.EncodeToString(h.Sum(nil)), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%q %c %o %d:%d %q %d\n", hdr.Name, hdr.Typeflag, hdr.Mode, hdr.Uid, hdr.Gid, hdr.Linkname, hdr.Size)
+		if _, err := io.Copy(h, tr); err != nil {
+			return "", err
+		}
+	}
 }
 
 // readFailure remembers whether its reader returned an error (not

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 
 	"github.com/paddock-dev/paddock/auth"
@@ -11,9 +12,15 @@ import (
 )
 
 const authUsage = `usage:
-  engine auth add ROLE NAME [--tenant T]   make an identity; prints its credentials file
+  engine auth add ROLE NAME [--tenant T]   make an identity; prints its credentials file's PATH
+                                           (creds/NAME.creds; its nkey seed is in creds/NAME.nk)
                                            ROLE: client (needs --tenant), node (NAME is its node id),
                                            auditor (--tenant: of that tenant only), admin, engine
+  engine auth creds NAME [--format paddock|nkey|json]
+                                           print the identity's credentials (secret): paddock, the
+                                           file --creds reads; nkey, the seed line that nats --nkey
+                                           and nats.py's nkeys_seed= read; json, both with the
+                                           account, inbox prefix and file paths
   engine auth ls [--json]                  the identities
   engine auth rm NAME                      revoke one (a running engine reloads within a second)
   engine auth server-config [--listen H:P] [--store-dir D]
@@ -34,7 +41,8 @@ func authCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("auth "+sub, stderr)
 	dir := fs.String("auth-dir", auth.DirIn(auth.DefaultStateDir()), "the auth store's directory")
 	tenant := fs.String("tenant", "", "the client's (or auditor's) tenant")
-	jsonOut := fs.Bool("json", false, "print JSON")
+	jsonOut := fs.Bool("json", false, "print JSON (creds: as --format json)")
+	format := fs.String("format", "paddock", "creds: paddock (the credentials file), nkey (the seed line) or json")
 	listen := fs.String("listen", "0.0.0.0:4222", "server-config: the client listener")
 	storeDir := fs.String("store-dir", "/var/lib/nats/jetstream", "server-config: JetStream's directory")
 	maxStore := fs.String("max-store", "", "server-config: the server's JetStream store, e.g. 100g, which the engine splits among events, snapshots and projection (default: nats-server's, 75% of the free disk, which the engine cannot see)")
@@ -53,8 +61,14 @@ func authCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(stdout, st.CredsPath(c.Name))
-		fmt.Fprintf(stderr, "%s %s: key %s; keep the credentials file secret (0600)\n", c.Role, c.Name, c.PublicKey)
+		fmt.Fprintf(stderr, "%s %s: key %s; keep the credentials file and %s secret (0600); engine auth creds %s prints them\n", c.Role, c.Name, c.PublicKey, st.NKeyPath(c.Name), c.Name)
 		return nil
+	case sub == "creds" && len(pos) == 1:
+		f := *format
+		if *jsonOut {
+			f = "json"
+		}
+		return printCreds(stdout, st, pos[0], f)
 	case sub == "ls" && len(pos) == 0:
 		ids, err := st.Identities()
 		if err != nil {
@@ -102,6 +116,50 @@ func authCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "note: no auth store at %s\n", *dir)
 	}
 	return usageErr("%s", authUsage)
+}
+
+// credsJSON is what `engine auth creds --format json` prints.
+type credsJSON struct {
+	Name      string    `json:"name"`
+	Role      auth.Role `json:"role"`
+	Tenant    string    `json:"tenant,omitempty"`
+	Account   string    `json:"account"`
+	PublicKey string    `json:"public_key"`
+	Seed      string    `json:"seed"`
+	Inbox     string    `json:"inbox_prefix"`
+	CredsFile string    `json:"creds_file"`
+	NKeyFile  string    `json:"nkey_file"`
+}
+
+// printCreds prints the named identity's credentials in format: paddock
+// (the credentials file's JSON, as --creds reads it), nkey (the seed on
+// one line) or json (credsJSON).
+func printCreds(stdout io.Writer, st *auth.Store, name, format string) error {
+	switch format {
+	case "paddock", "nkey", "json":
+	default:
+		return usageErr("--format %q: want paddock, nkey or json", format)
+	}
+	c, err := st.Creds(name)
+	if err != nil {
+		return err
+	}
+	switch format {
+	case "nkey":
+		_, err = fmt.Fprintln(stdout, c.Seed)
+		return err
+	case "json":
+		return printJSON(stdout, credsJSON{
+			Name: c.Name, Role: c.Role, Tenant: c.Tenant, Account: c.Account(), PublicKey: c.PublicKey,
+			Seed: c.Seed, Inbox: c.Inbox, CredsFile: st.CredsPath(name), NKeyFile: st.NKeyPath(name),
+		})
+	}
+	b, err := os.ReadFile(st.CredsPath(name))
+	if err != nil {
+		return fmt.Errorf("read credentials: %w", err)
+	}
+	_, err = stdout.Write(b)
+	return err
 }
 
 // splitListen parses HOST:PORT.

@@ -137,6 +137,7 @@ func leaves() []leaf {
 		{"image build-python", "", "build the sandbox image with Python and git", image("build-python")},
 		{"auth add", "ROLE NAME", "add an identity; prints its credentials file", auth("add")},
 		{"auth ls", "", "the identities", auth("ls")},
+		{"auth creds", "NAME", "print an identity's credentials (--format paddock|nkey|json)", auth("creds")},
 		{"auth rm", "NAME", "remove an identity", auth("rm")},
 		{"auth server-config", "", "the authorization block of an external server", auth("server-config")},
 		{"auth node-keys", "", "{node: public key} of every node", auth("node-keys")},

@@ -41,7 +41,7 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	)
 	if sub == "export" {
 		fs.Bool("json", true, "the events are JSON lines always (accepted for every command's --json)")
-		format = fs.String("format", "stored", "stored: the events as stored; sdk: in the OpenAI Agents SDK's audit event format (ls, rm and mkdir have none and are skipped)")
+		format = fs.String("format", "stored", "stored: the events as stored; sdk: in the OpenAI Agents SDK's audit event format (proc_start is exec; ls, rm, mkdir and the other proc ops have none and are skipped)")
 	}
 	if sub == "tail" {
 		op = fs.String("op", "", "only this op's events")
@@ -160,6 +160,7 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 func exportSDK(ctx context.Context, js jetstream.JetStream, wait time.Duration, log *events.Log, filter, consumer string, provision events.Provisioner, stdout, stderr io.Writer) error {
 	noOp := map[string]int{}
 	undecodable := 0
+	var conv events.SDKExporter
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	var last uint64 // the last event handled: a retry starts after it
@@ -170,7 +171,7 @@ func exportSDK(ctx context.Context, js jetstream.JetStream, wait time.Duration, 
 		}
 		return log.Read(ctx, opts, func(m events.Msg) error {
 			last = m.StreamSeq
-			return exportSDKOne(m, enc, noOp, &undecodable, stderr)
+			return exportSDKOne(m, &conv, enc, noOp, &undecodable, stderr)
 		})
 	}, func() uint64 { return last })
 	if err != nil {
@@ -193,14 +194,14 @@ func exportSDK(ctx context.Context, js jetstream.JetStream, wait time.Duration, 
 }
 
 // exportSDKOne writes one event in the SDK's format, or counts why not.
-func exportSDKOne(m events.Msg, enc *json.Encoder, noOp map[string]int, undecodable *int, stderr io.Writer) error {
+func exportSDKOne(m events.Msg, conv *events.SDKExporter, enc *json.Encoder, noOp map[string]int, undecodable *int, stderr io.Writer) error {
 	ev, err := m.Decode()
 	if err != nil {
 		*undecodable++
 		fmt.Fprintf(stderr, "paddock: skipping undecodable event at stream seq %d: %v\n", m.StreamSeq, err)
 		return nil
 	}
-	out, ok := events.ToSDK(ev)
+	out, ok := conv.Convert(ev)
 	if !ok {
 		noOp[ev.Op]++
 		return nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/testenv"
@@ -200,4 +201,96 @@ func TestEventsExportBadFormat(t *testing.T) {
 	if code != 2 || errs != "error: invalid_request: --format \"nope\": want stored or sdk\n" || out != "" {
 		t.Errorf("export --format nope = exit %d, stdout %q, stderr %q; want 2 and invalid_request naming stored and sdk", code, out, errs)
 	}
+}
+
+// TestEventsExportSDKProviderShapes sends the commands the Python provider
+// sends (argv ["sh","-lc",CMD] and ["sh","-c",CMD] with cwd and env, and a
+// shell tool's command through proc_start, as the SDK's exec_command does
+// on a session that supports PTYs) and checks that the SDK export has
+// every one of them as an exec with its command, at start and at finish.
+func TestEventsExportSDKProviderShapes(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{})
+	url := st.Broker.ClientURL()
+	ctx := testenv.Context(t, time.Minute)
+	const id = "sdk-provider-1"
+	if _, err := st.Client.Create(ctx, commands.CreateArgs{SessionID: id, Runtime: "local"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Client.Mkdir(ctx, id, "sub", false); err != nil {
+		t.Fatal(err)
+	}
+	login := []string{"sh", "-lc", "echo hi > note.txt; exit 3"}
+	if res, err := st.Client.Exec(ctx, id, commands.ExecArgs{Argv: login, Env: map[string]string{"GREETING": "hi"}}); err != nil || res.ExitCode != 3 {
+		t.Fatalf("exec %q = %+v, %v; want exit 3", login, res, err)
+	}
+	plain := []string{"sh", "-c", "cat ../note.txt"}
+	if res, err := st.Client.Exec(ctx, id, commands.ExecArgs{Argv: plain, Cwd: "sub", TimeoutMS: 30_000}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec %q = %+v, %v; want exit 0", plain, res, err)
+	}
+	shellTool := []string{"sh", "-lc", "echo from-pty; exit 5"}
+	yield := int64(10_000)
+	if res, err := st.Client.ProcStart(ctx, id, commands.ProcStartArgs{Argv: shellTool, TTY: true, YieldMS: &yield}); err != nil || res.Running || res.ExitCode == nil || *res.ExitCode != 5 {
+		t.Fatalf("proc_start %q = %+v, %v; want it exited 5 within the yield", shellTool, res, err)
+	}
+
+	code, out, errs := cli(t, url, "", "events", "export", "--session", id, "--format", "sdk")
+	if code != 0 {
+		t.Fatalf("export --format sdk: exit %d, stderr %q", code, errs)
+	}
+	type execSeen struct {
+		command  []string
+		exitCode *int
+		finished bool
+	}
+	seen := map[string]*execSeen{} // by span id
+	var order []string
+	for i, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var ev events.SDKEvent
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("line %d = %s: %v", i+1, l, err)
+		}
+		if ev.Op != "exec" {
+			continue
+		}
+		var cmd []string
+		if err := json.Unmarshal(ev.Data["command"], &cmd); err != nil {
+			t.Errorf("line %d: exec %s without a command: %s", i+1, ev.Phase, l)
+		}
+		e := seen[ev.SpanID]
+		if e == nil {
+			e = &execSeen{command: cmd}
+			seen[ev.SpanID] = e
+			order = append(order, ev.SpanID)
+		} else if strings.Join(e.command, "\x00") != strings.Join(cmd, "\x00") {
+			t.Errorf("line %d: exec finish command %q, its start's %q", i+1, cmd, e.command)
+		}
+		if ev.SDKFinish != nil {
+			e.finished = true
+			if raw, ok := ev.Data["exit_code"]; ok {
+				var c int
+				if err := json.Unmarshal(raw, &c); err != nil {
+					t.Errorf("line %d: exit_code %s", i+1, raw)
+				}
+				e.exitCode = &c
+			}
+		}
+	}
+	want := []struct {
+		argv []string
+		exit int
+	}{{login, 3}, {plain, 0}, {shellTool, 5}}
+	if len(order) != len(want) {
+		t.Fatalf("export has %d execs, want %d (%q, %q, %q):\n%s", len(order), len(want), login, plain, shellTool, out)
+	}
+	for i, w := range want {
+		e := seen[order[i]]
+		if strings.Join(e.command, "\x00") != strings.Join(w.argv, "\x00") || !e.finished || e.exitCode == nil || *e.exitCode != w.exit {
+			t.Errorf("exec %d: command %q finished %v exit %v; want %q exit %d", i+1, e.command, e.finished, e.exitCode, w.argv, w.exit)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "events.sdk.jsonl")
+	if err := os.WriteFile(file, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the SDK's model: %s", validateWithSDK(t, file))
 }

@@ -35,10 +35,12 @@ func streamsByName(t *testing.T, url string) map[string]operator.StreamStatus {
 }
 
 // persistUntilFull persists session id until the CLI refuses, and returns
-// how many persists succeeded.
+// how many persists succeeded. Each persist has a small change to store
+// (a persist of an unchanged workspace stores nothing, in either format).
 func persistUntilFull(t *testing.T, url, id string) int {
 	t.Helper()
 	for n := 0; n < 30; n++ {
+		mustCLI(t, url, "", "sandbox", "exec", id, "--", "sh", "-c", fmt.Sprintf("echo %d > n", n))
 		code, _, errs := cli(t, url, "", "sandbox", "persist", id)
 		if code == 0 {
 			continue
@@ -62,8 +64,8 @@ func persistUntilFull(t *testing.T, url, id string) int {
 func TestServeStorage(t *testing.T) {
 	const store = 40 << 20
 	dir := t.TempDir()
-	// Tar snapshots: each persist of the same workspace stores it again
-	// (a manifest persist of an unchanged workspace stores nothing).
+	// Tar snapshots: each persist stores the whole workspace again (a
+	// manifest persist stores only the chunks the store lacks).
 	args := []string{"--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local", "--max-store", "40m", "--snapshot-format", "tar"}
 	url, stop := serveFor(t, args...)
 	def := storage.Defaults(store)

@@ -1,0 +1,4 @@
+package images
+
+// WithImageFiles is withImageFiles, for the tests.
+var WithImageFiles = withImageFiles
