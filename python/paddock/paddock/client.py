@@ -16,7 +16,7 @@ import io
 import json
 import math
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -190,7 +190,7 @@ class Session:
                   command_id: str | None = None) -> Any:
         t = self.client.transport
         return await t.request(t.session_subject(self.id, op), args, session=self.id, timeout=timeout or self.client.timeout,
-                               trace=trace or self.client.trace, command_id=command_id)
+                               trace=trace or self.client._default_trace(), command_id=command_id)
 
     # --- commands ---
 
@@ -461,16 +461,20 @@ class Client:
     """A tenant's view of a Paddock deployment over one NATS connection (see :func:`connect`)."""
 
     def __init__(self, nc: NatsClient, tenant: str, *, creds: Credentials | None = None, owns_connection: bool = True,
-                 actor: str = "", timeout: float = DEFAULT_TIMEOUT, trace: Trace | None = None,
+                 actor: str = "", timeout: float = DEFAULT_TIMEOUT, trace: Trace | Callable[[], Trace | None] | None = None,
                  prefix: str = SUBJECT_PREFIX) -> None:
         self.nc = nc
         self.tenant = tenant
         self.creds = creds
         self.timeout = timeout
-        #: Trace context sent with every request that gives none of its own.
+        #: Trace context sent with every request that gives none of its own: a Trace, or a
+        #: function returning the current one (an integration's own tracing, per request).
         self.trace = trace
         self.transport = Transport(nc, tenant, prefix=prefix, actor=actor)
         self._owns = owns_connection
+
+    def _default_trace(self) -> Trace | None:
+        return self.trace() if callable(self.trace) else self.trace
 
     async def __aenter__(self) -> Client:
         return self
@@ -537,7 +541,7 @@ class Client:
         if allow:
             args["egress"] = {"mode": "allow", "allow": allow}
         t = self.transport
-        res = await t.request(t.tenant_subject(OP_CREATE), args, timeout=max(self.timeout, 120.0), trace=trace or self.trace)
+        res = await t.request(t.tenant_subject(OP_CREATE), args, timeout=max(self.timeout, 120.0), trace=trace or self._default_trace())
         return Session(self, str(res.get("session_id") or session_id), node=str(res.get("node", "")),
                        runtime=str(res.get("runtime", "")), epoch=1)
 
@@ -559,7 +563,7 @@ class Client:
             args["empty"] = True
         if at_seq is not None:
             args["at_seq"] = at_seq
-        trace = trace or self.trace
+        trace = trace or self._default_trace()
         res: dict[str, Any] | None = None
         if not empty and at_seq is None:
             try:
@@ -600,7 +604,7 @@ class Client:
         if secret_env:
             args["secret_env"] = dict(secret_env)
         t = self.transport
-        res = await t.request(t.tenant_subject(OP_FORK), args, timeout=WORKSPACE_TIMEOUT, trace=trace or self.trace)
+        res = await t.request(t.tenant_subject(OP_FORK), args, timeout=WORKSPACE_TIMEOUT, trace=trace or self._default_trace())
         parent = dict(res.get("parent") or {})
         return [Session(self, str(c), parent=parent, epoch=1) for c in res.get("children") or []]
 
@@ -656,7 +660,7 @@ async def connect(
     actor: str = "",
     name: str = "paddock-python",
     timeout: float = DEFAULT_TIMEOUT,
-    trace: Trace | None = None,
+    trace: Trace | Callable[[], Trace | None] | None = None,
 ) -> Client:
     """Connect to Paddock and return a :class:`Client`.
 
