@@ -257,24 +257,43 @@ class Transport:
     async def _send_watched(
         self, subject: str, body: bytes, headers: dict[str, str] | None, deadline: float, session: str
     ) -> Any:
-        """_send, and for a session command that waits longer than LIVENESS_CHECK, a lookup every
+        """_send, and for a session command still waiting after LIVENESS_CHECK, a lookup every
         LIVENESS_CHECK: it ends as ``unavailable`` once the session's node is declared lost. A
-        command that answers sooner (nearly all) costs no extra task."""
+        command answered sooner (nearly all) costs one timer, no task."""
         if not session:
             return await self._send(subject, body, headers, deadline)
-        send = asyncio.ensure_future(self._send(subject, body, headers, deadline))
+        task = asyncio.current_task()
+        assert task is not None
+        lost: list[PaddockError] = []
+        watcher: asyncio.Task[None] | None = None
+
+        def watch() -> None:
+            nonlocal watcher
+            watcher = asyncio.ensure_future(self._watch(session, task, lost))
+
+        handle = asyncio.get_running_loop().call_later(LIVENESS_CHECK, watch)
         try:
-            while True:
-                done, _ = await asyncio.wait({send}, timeout=LIVENESS_CHECK)
-                if done:
-                    return send.result()
-                lost = await self._node_lost(session)
-                if lost is not None:
-                    raise lost
+            return await self._send(subject, body, headers, deadline)
+        except asyncio.CancelledError:
+            if not lost:
+                raise
+            if hasattr(task, "uncancel"):  # 3.11+: this cancel was ours, not the caller's
+                task.uncancel()
+            raise lost[0] from None
         finally:
             # Owned by this call: nothing outlives it, also when the caller cancels it.
-            if not send.done():
-                send.cancel()
+            handle.cancel()
+            if watcher is not None:
+                watcher.cancel()
+
+    async def _watch(self, session: str, task: asyncio.Task[Any], lost: list[PaddockError]) -> None:
+        while True:
+            err = await self._node_lost(session)
+            if err is not None:
+                lost.append(err)
+                task.cancel()
+                return
+            await asyncio.sleep(LIVENESS_CHECK)
 
     async def _send(self, subject: str, body: bytes, headers: dict[str, str] | None, deadline: float) -> Any:
         give_up = time.monotonic() + NO_RESPONDER_GRACE
