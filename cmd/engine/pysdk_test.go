@@ -323,3 +323,50 @@ func pythonSetup(t *testing.T) (python, pysdk, image string, cli *dockerclient.C
 	}
 	return python, pysdk, image, cli, root
 }
+
+// pythonTLSCheck connects the Python client over TLS with the CA, then
+// without it: argv is the URL, the credentials and the CA.
+const pythonTLSCheck = `
+import asyncio, sys
+import paddock
+
+async def main() -> None:
+    url, creds, ca = sys.argv[1:4]
+    async with await paddock.connect(url=url, creds=creds, tls_ca=ca) as c:
+        try:
+            await c.lookup("no-such-session")
+        except paddock.errors.SessionNotFound:
+            pass
+        else:
+            sys.exit("a lookup of a missing session answered")
+    try:
+        await paddock.connect(url=url, creds=creds)
+    except paddock.errors.Unavailable:
+        print("refused without the CA")
+    else:
+        sys.exit("connected without the CA")
+
+asyncio.run(main())
+`
+
+// TestPythonClientTLS: the Python client trusts an engine serving TLS with
+// the CA it is given (tls_ca, as PADDOCK_TLS_CA) and cannot connect
+// without it.
+func TestPythonClientTLS(t *testing.T) {
+	python, pysdk := pythonSDK(t)
+	root, err := moduleRootDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key := selfSigned(t)
+	dir := t.TempDir()
+	url, _ := serveFor(t, "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local",
+		"--tls-cert", cert, "--tls-key", key)
+	ctx := testenv.Context(t, 2*time.Minute)
+	cmd := exec.CommandContext(ctx, python, "-c", pythonTLSCheck, url, filepath.Join(dir, "auth", "creds", "client-default.creds"), cert)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+pythonPath(pysdk, root))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "refused without the CA") {
+		t.Fatalf("the Python client over TLS: %v\n%s", err, out)
+	}
+}
