@@ -191,3 +191,47 @@ async def test_bad_inputs(engine: dict[str, str], tmp_path) -> None:  # type: ig
         await paddock.connect(url="nats://127.0.0.1:1")
     with pytest.raises(paddock.errors.PermissionDenied):
         await paddock.connect(creds="none")
+
+
+async def test_a_waiting_command_ends_when_its_node_is_lost(engine: dict[str, str]) -> None:
+    """A session command that waits asks lookup every LIVENESS_CHECK and ends as unavailable once
+    the session's node is declared lost; one whose node lives keeps waiting. An admin connection
+    plays the engine on a tenant of its own: the session subject never answers, lookup says lost
+    on its second call."""
+    admin = await paddock.connect(creds=engine["PADDOCK_ADMIN_CREDS"], tenant="livetest")
+    try:
+        lookups = 0
+
+        async def lookup(msg) -> None:  # type: ignore[no-untyped-def]
+            nonlocal lookups
+            lookups += 1
+            status = "running" if lookups == 1 else "lost"
+            await msg.respond(('{"result":{"status":"%s","node":"n9"}}' % status).encode())
+
+        held = []
+        arrived = asyncio.Event()
+
+        async def hold(msg) -> None:  # type: ignore[no-untyped-def]
+            held.append(msg)  # never answered: the command waits
+            arrived.set()
+
+        subs = [await admin.nc.subscribe("sbx.cmd.livetest.lookup", cb=lookup),
+                await admin.nc.subscribe("sbx.cmd.livetest.s1.exec", cb=hold)]
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(paddock.errors.Unavailable) as err:
+            await admin.session("s1").exec(["sleep", "60"])
+        assert "n9" in str(err.value) and "lost" in str(err.value)
+        assert lookups >= 2 and held, (lookups, held)  # a lookup that timed out under load is asked again
+        assert loop.time() - start < 30  # not the command's own timeout (60 s + 600 s)
+        # The caller's own cancel still is a cancel, not a lost node.
+        arrived.clear()
+        task = asyncio.ensure_future(admin.session("s1").exec(["sleep", "60"]))
+        await asyncio.wait_for(arrived.wait(), 10)  # the request is out and waiting
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for s in subs:
+            await s.unsubscribe()
+    finally:
+        await admin.close()
