@@ -17,19 +17,20 @@ import (
 	"github.com/paddock-dev/paddock/testenv"
 )
 
-// The Python provider's generated modules, relative to docs/.
+// The Python client's generated modules (package paddock, which the
+// provider paddock_agents imports them from), relative to docs/.
 const (
-	pyPackage  = "../python/paddock_agents"
-	pyErrors   = pyPackage + "/paddock_agents/errors.py"
-	pyContract = pyPackage + "/paddock_agents/contract.py"
+	pyPackage  = "../python/paddock"
+	pyErrors   = pyPackage + "/paddock/errors.py"
+	pyContract = pyPackage + "/paddock/contract.py"
 	pyReadme   = pyPackage + "/README.md"
 )
 
-// TestPythonContract: the Python provider's errors module (one exception
+// TestPythonContract: the Python client's errors module (one exception
 // class per error code) and contract module (version, ops, statuses, error
 // codes, subjects, limits) are what the Go registry and contract generate,
-// and the provider README's table of exception classes is too, so the
-// provider cannot drift from the Go side. `go test ./docs -update`
+// and the client README's table of exception classes is too, so the
+// client (and the provider built on it) cannot drift from the Go side. `go test ./docs -update`
 // rewrites them.
 func TestPythonContract(t *testing.T) {
 	statuses := sessionStatuses(t)
@@ -116,7 +117,7 @@ func sortedCodes(t *testing.T) ([]errcode.Code, map[errcode.Code]string) {
 	return codes, names
 }
 
-// pythonErrors is paddock_agents/errors.py: PaddockError, one subclass per
+// pythonErrors is paddock/errors.py: PaddockError, one subclass per
 // code, ERRORS (code to class) and error_for.
 func pythonErrors(t *testing.T) string {
 	codes, names := sortedCodes(t)
@@ -276,7 +277,7 @@ func sessionStatuses(t *testing.T) []sessionStatus {
 	return out
 }
 
-// pythonContract is paddock_agents/contract.py.
+// pythonContract is paddock/contract.py.
 func pythonContract(statuses []sessionStatus) string {
 	var b strings.Builder
 	b.WriteString(pyHeader)
@@ -327,7 +328,7 @@ from __future__ import annotations
 	}
 	pyTuple(&b, "SESSION_STATUSES", values)
 
-	b.WriteString("\n# Error codes (errcode.Codes); paddock_agents.errors has a class for each.\n")
+	b.WriteString("\n# Error codes (errcode.Codes); paddock.errors has a class for each.\n")
 	var codes, retryable []string
 	for _, c := range errcode.Codes() {
 		codes = append(codes, string(c))

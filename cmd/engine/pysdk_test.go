@@ -28,17 +28,88 @@ var (
 )
 
 // TestPythonProvider runs the OpenAI Agents SDK's own sandbox tests
-// (tests/sandbox/test_run_cwd.py, its UnixLocalSandboxClient rebound to
-// Paddock's by python/paddock_agents' pytest plugin) and the package's own
-// tests (python/paddock_agents/tests) against a real `engine serve` on
-// Docker with the Python sandbox image, auth on, through a client
+// (tests/sandbox/test_run_cwd.py and test_exposed_ports.py, its
+// UnixLocalSandboxClient rebound by python/paddock_agents' pytest plugin to
+// PaddockSandboxClient itself, which the tests construct with no
+// arguments: it reads PADDOCK_URL, PADDOCK_CREDS and PADDOCK_IMAGE) and the
+// package's own tests (python/paddock_agents/tests) against a real `engine
+// serve` on Docker with the Python sandbox image, auth on, through a client
 // credential. Without python3, the pysdk folder, Docker or the image it
 // skips, unless CI=true.
 func TestPythonProvider(t *testing.T) {
+	py := startPythonEngine(t, "pysdk")
+	pytest := func(t *testing.T, dir string, args ...string) string {
+		t.Helper()
+		return runPytest(t, py.python, dir, py.env, args...)
+	}
+
+	t.Run("SDK test_run_cwd", func(t *testing.T) {
+		out := pytest(t, filepath.Join(py.pysdk, "openai-agents"), "-p", "paddock_agents.pytest_plugin", "tests/sandbox/test_run_cwd.py")
+		m := summary.FindStringSubmatch(out)
+		if m == nil || m[1] != "5" || strings.Contains(m[2], "skipped") || strings.Contains(m[2], "failed") {
+			t.Fatalf("the SDK's test_run_cwd.py on Paddock: want 5 passed, nothing skipped; got:\n%s", out)
+		}
+		t.Logf("the SDK's test_run_cwd.py on Paddock: %s", m[0])
+	})
+	t.Run("SDK test_exposed_ports", func(t *testing.T) {
+		// One test is left out: it asserts the endpoint is 127.0.0.1:<the
+		// sandbox port>, the local provider's identity mapping; Paddock's
+		// node forwards from a port of its own (nodes/port.go). Its other
+		// assertion (duplicate ports kept once) is paddock_agents'
+		// test_duplicate_exposed_ports_are_sent_once.
+		out := pytest(t, filepath.Join(py.pysdk, "openai-agents"), "-p", "paddock_agents.pytest_plugin", "tests/sandbox/test_exposed_ports.py",
+			"--deselect", "tests/sandbox/test_exposed_ports.py::test_unix_local_resolve_exposed_port_uses_wrapper_and_normalizes_state")
+		m := summary.FindStringSubmatch(out)
+		if m == nil || m[1] != "5" || strings.Contains(m[2], "skipped") || strings.Contains(m[2], "failed") {
+			t.Fatalf("the SDK's test_exposed_ports.py on Paddock: want 5 passed, nothing skipped; got:\n%s", out)
+		}
+		t.Logf("the SDK's test_exposed_ports.py on Paddock: %s", m[0])
+	})
+	t.Run("paddock_agents", func(t *testing.T) {
+		out := pytest(t, filepath.Join(py.root, "python", "paddock_agents"), "tests", "--ignore=tests/test_node_loss.py") // TestPythonProviderNodeLoss runs it
+		m := summary.FindStringSubmatch(out)
+		if m == nil || m[1] != "19" || strings.Contains(m[2], "skipped") || strings.Contains(m[2], "failed") {
+			t.Fatalf("python/paddock_agents/tests: want 19 passed, nothing skipped; got:\n%s", out)
+		}
+		t.Logf("python/paddock_agents/tests: %s", m[0])
+	})
+}
+
+// TestPythonClient runs the plain Python client's tests
+// (python/paddock/tests, its README's tour included) against a real
+// `engine serve` on Docker with the Python sandbox image, auth on, through
+// a client credential (and the admin's, for the events stream). Without
+// python3, the pysdk folder, Docker or the image it skips, unless CI=true.
+func TestPythonClient(t *testing.T) {
+	py := startPythonEngine(t, "pyclient")
+	out := runPytest(t, py.python, filepath.Join(py.root, "python", "paddock"), py.env, "tests")
+	m := summary.FindStringSubmatch(out)
+	if m == nil || m[1] != "19" || strings.Contains(m[2], "skipped") || strings.Contains(m[2], "failed") {
+		t.Fatalf("python/paddock/tests: want 19 passed, nothing skipped; got:\n%s", out)
+	}
+	t.Logf("python/paddock/tests: %s", m[0])
+}
+
+// pythonEngine is an `engine serve` for the Python suites and the
+// environment they run in.
+type pythonEngine struct {
+	python, pysdk, root string
+	env                 []string
+}
+
+// startPythonEngine starts `engine serve` on Docker with the Python image
+// (node id prefix-<nanos>) and returns the environment of the Python
+// suites: PYTHONPATH (the SDK, python/paddock, python/paddock_agents),
+// PADDOCK_URL, PADDOCK_CREDS (a client credential), PADDOCK_ADMIN_CREDS,
+// PADDOCK_IMAGE, PADDOCK_RUNTIME, PADDOCK_ENGINE. Every container the
+// suite made must be gone when the test ends (the tests delete their
+// sessions); a leftover is a failure, removed all the same.
+func startPythonEngine(t *testing.T, prefix string) pythonEngine {
+	t.Helper()
 	python, pysdk, image, cli, root := pythonSetup(t)
 	engine := testenv.BuildBinary(t, "./cmd/engine")
 	state := t.TempDir()
-	node := fmt.Sprintf("pysdk-%d", time.Now().UnixNano())
+	node := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
 	logs, _ := serveStoppable(t, "--state-dir", state, "--listen", "127.0.0.1:0", "--node-id", node,
 		"--runtime", "docker", "--allow-image", image)
 	url := readyRE.FindStringSubmatch(logs.String())
@@ -47,8 +118,6 @@ func TestPythonProvider(t *testing.T) {
 	if url == nil || admin == nil || creds == nil {
 		t.Fatalf("no URL or credentials in the log:\n%s", logs.String())
 	}
-	// Every container the suite made must be gone when it ends (the tests
-	// delete their sessions); a leftover is a failure, removed all the same.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -63,10 +132,9 @@ func TestPythonProvider(t *testing.T) {
 		}
 	})
 
-	pkg := filepath.Join(root, "python", "paddock_agents")
 	env := append(os.Environ(),
 		"PYTHONDONTWRITEBYTECODE=1",
-		"PYTHONPATH="+strings.Join([]string{filepath.Join(pysdk, "site"), filepath.Join(pysdk, "openai-agents", "src"), pkg}, string(os.PathListSeparator)),
+		"PYTHONPATH="+pythonPath(pysdk, root),
 		"PADDOCK_URL="+url[1],
 		"PADDOCK_CREDS="+creds[1],
 		"PADDOCK_ADMIN_CREDS="+admin[1],
@@ -74,27 +142,14 @@ func TestPythonProvider(t *testing.T) {
 		"PADDOCK_RUNTIME=docker",
 		"PADDOCK_ENGINE="+engine,
 	)
-	pytest := func(t *testing.T, dir string, args ...string) string {
-		t.Helper()
-		return runPytest(t, python, dir, env, args...)
-	}
+	return pythonEngine{python: python, pysdk: pysdk, root: root, env: env}
+}
 
-	t.Run("SDK test_run_cwd", func(t *testing.T) {
-		out := pytest(t, filepath.Join(pysdk, "openai-agents"), "-p", "paddock_agents.pytest_plugin", "tests/sandbox/test_run_cwd.py")
-		m := summary.FindStringSubmatch(out)
-		if m == nil || m[1] != "5" || strings.Contains(m[2], "skipped") || strings.Contains(m[2], "failed") {
-			t.Fatalf("the SDK's test_run_cwd.py on Paddock: want 5 passed, nothing skipped; got:\n%s", out)
-		}
-		t.Logf("the SDK's test_run_cwd.py on Paddock: %s", m[0])
-	})
-	t.Run("paddock_agents", func(t *testing.T) {
-		out := pytest(t, pkg, "tests", "--ignore=tests/test_node_loss.py") // TestPythonProviderNodeLoss runs it
-		m := summary.FindStringSubmatch(out)
-		if m == nil || m[1] != "17" || strings.Contains(m[2], "skipped") || strings.Contains(m[2], "failed") {
-			t.Fatalf("python/paddock_agents/tests: want 17 passed, nothing skipped; got:\n%s", out)
-		}
-		t.Logf("python/paddock_agents/tests: %s", m[0])
-	})
+// pythonPath is the PYTHONPATH of the Python suites: the SDK and its
+// dependencies, the client (python/paddock) and the provider.
+func pythonPath(pysdk, root string) string {
+	return strings.Join([]string{filepath.Join(pysdk, "site"), filepath.Join(pysdk, "openai-agents", "src"),
+		filepath.Join(root, "python", "paddock"), filepath.Join(root, "python", "paddock_agents")}, string(os.PathListSeparator))
 }
 
 // runPytest runs python -m pytest args in dir with env and returns its
@@ -216,7 +271,7 @@ func TestPythonProviderNodeLoss(t *testing.T) {
 	stateFile := filepath.Join(t.TempDir(), "session-state.json")
 	env := append(os.Environ(),
 		"PYTHONDONTWRITEBYTECODE=1",
-		"PYTHONPATH="+strings.Join([]string{filepath.Join(pysdk, "site"), filepath.Join(pysdk, "openai-agents", "src"), pkg}, string(os.PathListSeparator)),
+		"PYTHONPATH="+pythonPath(pysdk, root),
 		"PADDOCK_URL="+url[1], "PADDOCK_CREDS="+creds[1], "PADDOCK_IMAGE="+image, "PADDOCK_RUNTIME=docker",
 		"PADDOCK_NODE_LOSS_STATE="+stateFile,
 	)
@@ -267,4 +322,51 @@ func pythonSetup(t *testing.T) (python, pysdk, image string, cli *dockerclient.C
 		t.Fatal(err)
 	}
 	return python, pysdk, image, cli, root
+}
+
+// pythonTLSCheck connects the Python client over TLS with the CA, then
+// without it: argv is the URL, the credentials and the CA.
+const pythonTLSCheck = `
+import asyncio, sys
+import paddock
+
+async def main() -> None:
+    url, creds, ca = sys.argv[1:4]
+    async with await paddock.connect(url=url, creds=creds, tls_ca=ca) as c:
+        try:
+            await c.lookup("no-such-session")
+        except paddock.errors.SessionNotFound:
+            pass
+        else:
+            sys.exit("a lookup of a missing session answered")
+    try:
+        await paddock.connect(url=url, creds=creds)
+    except paddock.errors.Unavailable:
+        print("refused without the CA")
+    else:
+        sys.exit("connected without the CA")
+
+asyncio.run(main())
+`
+
+// TestPythonClientTLS: the Python client trusts an engine serving TLS with
+// the CA it is given (tls_ca, as PADDOCK_TLS_CA) and cannot connect
+// without it.
+func TestPythonClientTLS(t *testing.T) {
+	python, pysdk := pythonSDK(t)
+	root, err := moduleRootDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key := selfSigned(t)
+	dir := t.TempDir()
+	url, _ := serveFor(t, "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local",
+		"--tls-cert", cert, "--tls-key", key)
+	ctx := testenv.Context(t, 2*time.Minute)
+	cmd := exec.CommandContext(ctx, python, "-c", pythonTLSCheck, url, filepath.Join(dir, "auth", "creds", "client-default.creds"), cert)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+pythonPath(pysdk, root))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "refused without the CA") {
+		t.Fatalf("the Python client over TLS: %v\n%s", err, out)
+	}
 }

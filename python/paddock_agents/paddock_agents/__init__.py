@@ -1,27 +1,26 @@
-"""Paddock sandboxes as a sandbox provider for the OpenAI Agents SDK (over NATS).
+"""Paddock sandboxes as a sandbox provider for the OpenAI Agents SDK (over NATS), built on the
+plain client ``paddock``.
 
     from paddock_agents import PaddockSandboxClient, PaddockSandboxClientOptions
 
-Paddock's errors are the classes of ``paddock_agents.errors`` (one per error code, all
-``PaddockError``); the wire's constants are in ``paddock_agents.contract``.
+Paddock's errors are the classes of ``paddock.errors`` (one per error code, all
+``PaddockError``); the wire's constants are in ``paddock.contract``.
 """
 
-from .errors import PaddockError, error_for
+from paddock.errors import PaddockError, error_for
+
 from .sandbox import (
     PaddockSandboxClient,
     PaddockSandboxClientOptions,
     PaddockSandboxSession,
     PaddockSandboxSessionState,
 )
-from .transport import Credentials, connect
 
 __all__ = [
-    "Credentials",
     "PaddockError",
     "PaddockSandboxClient",
     "PaddockSandboxClientOptions",
     "PaddockSandboxSession",
     "PaddockSandboxSessionState",
-    "connect",
     "error_for",
 ]

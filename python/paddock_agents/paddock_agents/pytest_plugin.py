@@ -1,10 +1,13 @@
 """pytest plugin: runs the OpenAI Agents SDK's own sandbox tests against Paddock.
 
-    pytest -p paddock_agents.pytest_plugin tests/sandbox/test_run_cwd.py
+    pytest -p paddock_agents.pytest_plugin tests/sandbox/test_run_cwd.py tests/sandbox/test_exposed_ports.py
 
-It rebinds the SDK's ``UnixLocalSandboxClient`` (in ``agents.sandbox.sandboxes.unix_local``,
-before the test modules import it) to a Paddock client configured from the environment:
-PADDOCK_URL, PADDOCK_CREDS, PADDOCK_IMAGE, PADDOCK_RUNTIME. The SDK's files stay unmodified.
+It rebinds the SDK's ``UnixLocalSandboxClient`` and ``UnixLocalSandboxClientOptions`` (in
+``agents.sandbox.sandboxes.unix_local`` and ``agents.sandbox.sandboxes``, before the test modules
+import them) to ``PaddockSandboxClient`` and ``PaddockSandboxClientOptions`` themselves: the
+client, constructed with no arguments as the tests do, takes everything from the environment
+(PADDOCK_URL, PADDOCK_CREDS, PADDOCK_TENANT, PADDOCK_TLS_CA, PADDOCK_IMAGE, PADDOCK_RUNTIME).
+The SDK's files stay unmodified.
 
 One adaptation, for test_run_cwd.py's Python skill test: it runs ``sys.executable`` (the host's
 interpreter path) inside the sandbox. For the tests of modules named in PADDOCK_SANDBOX_PYTHON_TESTS
@@ -21,28 +24,13 @@ import pytest
 from .sandbox import PaddockSandboxClient, PaddockSandboxClientOptions
 
 
-def options_from_env() -> PaddockSandboxClientOptions:
-    """Client options from PADDOCK_URL, PADDOCK_CREDS, PADDOCK_TENANT, PADDOCK_IMAGE, PADDOCK_RUNTIME."""
-    return PaddockSandboxClientOptions(
-        url=os.environ.get("PADDOCK_URL"),
-        creds=os.environ.get("PADDOCK_CREDS"),
-        tenant=os.environ.get("PADDOCK_TENANT") or None,
-        image=os.environ.get("PADDOCK_IMAGE") or None,
-        runtime=os.environ.get("PADDOCK_RUNTIME") or None,
-    )
-
-
-class EnvPaddockSandboxClient(PaddockSandboxClient):
-    """A PaddockSandboxClient that, like UnixLocalSandboxClient, needs no arguments."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(options_from_env(), **kwargs)  # type: ignore[arg-type]
-
-
 def pytest_configure(config: pytest.Config) -> None:
+    from agents.sandbox import sandboxes
     from agents.sandbox.sandboxes import unix_local
 
-    unix_local.UnixLocalSandboxClient = EnvPaddockSandboxClient  # type: ignore[misc,assignment]
+    for mod in (unix_local, sandboxes):
+        mod.UnixLocalSandboxClient = PaddockSandboxClient  # type: ignore[misc,assignment,attr-defined]
+        mod.UnixLocalSandboxClientOptions = PaddockSandboxClientOptions  # type: ignore[misc,assignment,attr-defined]
 
 
 @pytest.fixture(autouse=True)

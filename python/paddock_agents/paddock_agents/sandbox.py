@@ -1,8 +1,10 @@
-"""PaddockSandboxClient and PaddockSandboxSession: the OpenAI Agents SDK's sandbox layer on Paddock.
+"""PaddockSandboxClient and PaddockSandboxSession: the OpenAI Agents SDK's sandbox layer on Paddock,
+built on the plain client ``paddock``.
 
 Every SDK operation is one or more Paddock ops (create, exec, read, write, ls, rm, mkdir, running,
 persist, hydrate, resume, stop, shutdown, delete, proc_*), so each lands in Paddock's audit stream,
-carrying the SDK's trace id and span id when tracing is on.
+carrying the SDK's trace id and span id when tracing is on (and the W3C trace context of
+OpenTelemetry, when it is in use, as NATS headers).
 
 Lifecycle, SDK call -> Paddock ops:
 
@@ -10,18 +12,19 @@ Lifecycle, SDK call -> Paddock ops:
     session.start      -> start when the sandbox is not running; the SDK then materialises the
                           manifest with write/mkdir (or restores its snapshot with hydrate)
     session.stop       -> persist (Paddock snapshot) + the SDK's tar (exec tar, read, rm)
-    session.shutdown   -> stop (persists) + shutdown
-    client.resume      -> resume on the session's node, else the scheduler's resume (another node);
-                          a deleted session is re-created and the SDK restores its snapshot
+    session.shutdown   -> shutdown; stop first (it persists) only when the workspace changed
+                          since the last persist, so a Runner-owned session gets one snapshot
+    client.resume      -> resume of the same Paddock session, on its node, else the scheduler's
+                          resume (another node); a deleted session is re-created under a new id
+                          whose create records the old one (label paddock.replaces)
     client.delete      -> delete
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import io
-import math
+import os
 import stat
 import tarfile
 import tempfile
@@ -29,11 +32,12 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
+import paddock
 from agents.sandbox.errors import (
     ExecNonZeroError,
-    ExposedPortUnavailableError,
     ExecTimeoutError,
     ExecTransportError,
+    ExposedPortUnavailableError,
     PtySessionNotFoundError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
@@ -57,34 +61,9 @@ from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, Permissions, User
 from agents.sandbox.workspace_paths import sandbox_path_str
 from agents.tracing import get_current_span, get_current_trace
-from nats.errors import NoRespondersError
-from pydantic import Field
-
-from .contract import (
-    INLINE_LIMIT,
-    OP_CREATE,
-    OP_DELETE,
-    OP_EXEC,
-    OP_FORK,
-    OP_HYDRATE,
-    OP_LS,
-    OP_MKDIR,
-    OP_PERSIST,
-    OP_PORT,
-    OP_PROC_READ,
-    OP_PROC_SIGNAL,
-    OP_PROC_START,
-    OP_PROC_WRITE,
-    OP_READ,
-    OP_RESUME,
-    OP_RM,
-    OP_RUNNING,
-    OP_SHUTDOWN,
-    OP_START,
-    OP_STOP,
-    OP_WRITE,
-)
-from .errors import (
+from nats.aio.client import Client as NatsClient
+from paddock.contract import OP_RM, OP_RUNNING, OP_START
+from paddock.errors import (
     AlreadyExists,
     ExecTimeout,
     InvalidState,
@@ -94,34 +73,43 @@ from .errors import (
     SnapshotNotFound,
     Unavailable,
 )
-from .transport import (
-    DEFAULT_TIMEOUT,
-    WORKSPACE_TIMEOUT,
-    Transport,
-    connect,
-)
+from pydantic import ConfigDict, Field
+
+DEFAULT_TIMEOUT = 60.0
+WORKSPACE_TIMEOUT = 30 * 60.0
+
+# The SDK's message for stdin on a process without a TTY (its providers raise it as RuntimeError;
+# the SDK's write_stdin tool recognises it).
+STDIN_NOT_AVAILABLE = "stdin is not available for this process"
 
 BACKEND_ID = "paddock"
 
 
 class PaddockSandboxClientOptions(BaseSandboxClientOptions):
-    """Where Paddock is and what to create there.
+    """What to create in Paddock: the sandbox only. Where Paddock is and who connects (URL,
+    credentials, tenant, TLS CA, an existing connection) are the client's constructor arguments,
+    never options, so they are never serialised with a session's state.
 
-    ``url`` and ``creds`` fall back to $PADDOCK_URL and $PADDOCK_CREDS; ``tenant`` to the
-    credentials' tenant (else "default"). ``secret_env`` values are given to the sandbox and never
-    recorded by Paddock; they are not serialised with the options or the session state, so pass
-    them again to a client that resumes a session whose sandbox must be re-created.
+    Names follow the SDK's other providers where they mean the same (``image``,
+    ``exposed_ports``, ``labels``: DockerSandboxClientOptions). ``image`` falls back to
+    $PADDOCK_IMAGE, then the node's base image; ``runtime`` to $PADDOCK_RUNTIME, then the node's.
+    ``secret_env`` values are given to the sandbox and never recorded by Paddock; they are not
+    serialised with the options or the session state, so pass them again to a client that
+    resumes a session whose sandbox must be re-created. ``login_shell``: what ``shell=True``
+    runs, ``sh -lc`` (the SDK's default) or ``sh -c`` (default here: a login shell costs tens of
+    milliseconds per command reading the profile); an explicit shell list is sent as it is.
     """
 
+    # Unknown fields are refused: url, creds and tenant moved to the client's constructor.
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
+
     type: Literal["paddock"] = "paddock"
-    url: str | None = None
-    creds: str | None = None
-    tenant: str | None = None
     image: str | None = None
+    exposed_ports: tuple[int, ...] = ()
+    labels: dict[str, str] = Field(default_factory=dict)
     runtime: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     secret_env: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
-    labels: dict[str, str] = Field(default_factory=dict)
     node_labels: dict[str, str] = Field(default_factory=dict)
     cpus: float | None = None
     memory_bytes: int | None = None
@@ -133,35 +121,33 @@ class PaddockSandboxClientOptions(BaseSandboxClientOptions):
     max_processes: int | None = None
     network: bool | None = None
     user: str | None = None
-    exposed_ports: tuple[int, ...] = ()
     # network_allow (contract 1.4): the only destinations the sandbox may reach, through the
     # node's egress proxy ("host[:port]", "*.domain[:port]", "IP[:port]", "CIDR"); the Docker
     # runtime enforces it, the local one refuses it. Empty: network decides (none by default).
     network_allow: tuple[str, ...] = ()
-    timeout_s: float = DEFAULT_TIMEOUT
+    login_shell: bool = False
 
-    def create_args(self, *, session_id: str, workspace_root: str) -> dict[str, Any]:
-        """The args of Paddock's create for these options."""
-        args: dict[str, Any] = {"session_id": session_id}
-        for key in ("runtime", "image", "cpus", "memory_bytes", "disk_bytes", "pids_limit", "lifetime_s", "idle_timeout_s", "max_processes", "network", "user"):
-            value = getattr(self, key)
-            if value is not None:
-                args[key] = value
+    def __init__(self, image: str | None = None, exposed_ports: tuple[int, ...] = (), **kw: Any) -> None:
+        super().__init__(image=image, exposed_ports=tuple(dict.fromkeys(int(p) for p in exposed_ports)), **kw)
+
+    def create_kwargs(self) -> dict[str, Any]:
+        """paddock.Client.create's arguments for these options (environment defaults applied)."""
+        kw: dict[str, Any] = {
+            "image": self.image or os.environ.get("PADDOCK_IMAGE") or None,
+            "runtime": self.runtime or os.environ.get("PADDOCK_RUNTIME") or None,
+        }
+        for key in ("cpus", "memory_bytes", "disk_bytes", "pids_limit", "lifetime_s", "idle_timeout_s", "max_processes", "network", "user"):
+            kw[key] = getattr(self, key)
         for key in ("env", "secret_env", "labels", "node_labels"):
-            value = getattr(self, key)
-            if value:
-                args[key] = dict(value)
-        if workspace_root != "/workspace":
-            args["workspace_root"] = workspace_root
-        if self.exposed_ports:
-            args["exposed_ports"] = list(self.exposed_ports)
-        if self.network_allow:
-            args["egress"] = {"mode": "allow", "allow": list(self.network_allow)}
-        return args
+            kw[key] = dict(getattr(self, key)) or None
+        kw["exposed_ports"] = self.exposed_ports
+        kw["network_allow"] = self.network_allow
+        return kw
 
 
 class PaddockSandboxSessionState(SandboxSessionState):
-    """The SDK's session state plus where the session lives in Paddock (no secrets, no creds)."""
+    """The SDK's session state plus where the session lives in Paddock (no secrets, no
+    connection settings: no URL, credentials or file paths)."""
 
     type: Literal["paddock"] = "paddock"
     paddock_session_id: str
@@ -173,24 +159,20 @@ class PaddockSandboxSessionState(SandboxSessionState):
     # paddock_parent (issue 25): where a forked session came from, as its create recorded it
     # ({"session_id", "seq", "snapshot", "root_sha256"}); None for a session that was created.
     paddock_parent: dict[str, Any] | None = None
+    # paddock_replaces: the Paddock session this one re-created after it was deleted (resume),
+    # also recorded in its create's labels as paddock.replaces.
+    paddock_replaces: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-def _trace_ids() -> tuple[str | None, str | None]:
-    """The SDK's current trace id and span id, for Paddock's trace_id and parent_span_id."""
+def _trace() -> paddock.Trace | None:
+    """The SDK's current trace id and span id, for Paddock's trace_id and parent_span_id (the W3C
+    headers come from OpenTelemetry, when the application uses it, in paddock itself)."""
     trace = get_current_trace()
     if trace is None or trace.export() is None:
-        return None, None
+        return None
     span = get_current_span()
-    return trace.trace_id, (span.span_id if span is not None else None)
-
-
-def _decode_output(text: str | None, encoding: str | None) -> bytes:
-    if not text:
-        return b""
-    if encoding == "base64":
-        return base64.b64decode(text)
-    return text.encode("utf-8")
+    return paddock.Trace(trace_id=trace.trace_id, parent_span_id=span.span_id if span is not None else None)
 
 
 def _filter_tar(raw: io.IOBase, *, skip: set[str]) -> io.IOBase:
@@ -224,36 +206,37 @@ def _check_manifest(manifest: Manifest) -> None:
 
 
 class PaddockSandboxSession(BaseSandboxSession):
-    """One Paddock session. Paths are the SDK's workspace paths, sent as absolute paths under the
-    manifest root (Paddock's workspace root), which Paddock confines again on the node."""
+    """One Paddock session (a ``paddock.Session``). Paths are the SDK's workspace paths, sent as
+    absolute paths under the manifest root (Paddock's workspace root), which Paddock confines
+    again on the node."""
 
     state: PaddockSandboxSessionState
 
-    def __init__(self, *, state: PaddockSandboxSessionState, transport: Transport, secret_env: dict[str, str] | None = None) -> None:
+    def __init__(self, *, state: PaddockSandboxSessionState, session: paddock.Session, secret_env: dict[str, str] | None = None,
+                 login_shell: bool = False) -> None:
         self.state = state
-        self._t = transport
+        self._s = session
         self._secret_env = dict(secret_env or {})
-        self._procs: set[int] = set()
+        self._login_shell = login_shell
+        self._procs: dict[int, bool] = {}  # live process id -> tty
+        # Whether the workspace may differ from its last Paddock snapshot: shutdown persists
+        # (through stop) only then, so a Runner-owned session is snapshotted once.
+        self._dirty = True
 
     # --- plumbing ---
 
     @property
     def paddock_session_id(self) -> str:
+        """The session's id in Paddock."""
         return self.state.paddock_session_id
 
-    async def _op(self, op: str, args: Any = None, *, timeout: float | None = None, command_id: str | None = None) -> Any:
-        sid = self.state.paddock_session_id
-        return await self._t.request(
-            self._t.session_subject(sid, op),
-            args,
-            session=sid,
-            timeout=timeout or self._timeout(),
-            command_id=command_id,
-            trace=_trace_ids(),
-        )
+    @property
+    def paddock(self) -> paddock.Session:
+        """The plain client's session (paddock.Session) behind this one."""
+        return self._s
 
-    def _timeout(self) -> float:
-        return float(self.state.options.get("timeout_s") or DEFAULT_TIMEOUT)
+    async def _op(self, op: str, args: Any = None, *, timeout: float | None = None) -> Any:
+        return await self._s._op(op, args, timeout=timeout, trace=_trace())
 
     def _path(self, path: Path | str, *, for_write: bool = False) -> str:
         return sandbox_path_str(self.normalize_path(path, for_write=for_write))
@@ -276,30 +259,24 @@ class PaddockSandboxSession(BaseSandboxSession):
         sharing this session's connection; each state's ``paddock_parent`` is the point. Raises
         PaddockError (InvalidState: resume the session first; PolicyDenied: n over the operator's
         maximum; SnapshotNotFound)."""
-        args: dict[str, Any] = {"session_id": self.state.paddock_session_id, "n": n}
-        if snapshot_id is not None:
-            args["snapshot_id"] = snapshot_id
-        if at_seq is not None:
-            args["at_seq"] = at_seq
         secrets = dict(self._secret_env if secret_env is None else secret_env)
-        if secrets:
-            args["secret_env"] = secrets
-        res = await self._t.request(self._t.tenant_subject(OP_FORK), args, timeout=WORKSPACE_TIMEOUT, trace=_trace_ids())
-        parent = dict(res.get("parent") or {})
+        kids = await self._s.client.fork(self.state.paddock_session_id, n, snapshot_id=snapshot_id, at_seq=at_seq,
+                                         secret_env=secrets or None, trace=_trace())
         children: list[PaddockSandboxSession] = []
-        for child in res.get("children") or []:
+        for kid in kids:
             state = self.state.model_copy(
                 deep=True,
                 update={
-                    "session_id": uuid.UUID(child),
-                    "paddock_session_id": child,
-                    "paddock_parent": parent,
+                    "session_id": uuid.UUID(kid.id),
+                    "paddock_session_id": kid.id,
+                    "paddock_parent": dict(kid.parent or {}),
                     "paddock_snapshot_id": None,
+                    "paddock_replaces": None,
                     "node": None,
                     "epoch": 1,
                 },
             )
-            children.append(PaddockSandboxSession(state=state, transport=self._t, secret_env=secrets))
+            children.append(PaddockSandboxSession(state=state, session=kid, secret_env=secrets, login_shell=self._login_shell))
         return children
 
     # --- lifecycle ---
@@ -310,7 +287,7 @@ class PaddockSandboxSession(BaseSandboxSession):
     async def _ensure_backend_started(self) -> None:
         try:
             if not await self.running():
-                await self._op(OP_START)
+                await self._op(OP_START, timeout=WORKSPACE_TIMEOUT)
         except PaddockError as e:
             raise WorkspaceStartError(path=Path(self.state.manifest.root), cause=e, message=str(e), retryable=e.retryable) from e
 
@@ -324,22 +301,34 @@ class PaddockSandboxSession(BaseSandboxSession):
         return bool(res.get("running"))
 
     async def _shutdown_backend(self) -> None:
-        # stop persists the workspace as a Paddock snapshot first, so a later resume (on any node)
-        # restores it; then shutdown removes the sandbox. Both are best effort, as the SDK asks.
-        for op in (OP_STOP, OP_SHUTDOWN):
+        # Best effort, as the SDK asks. stop persists the workspace (a Paddock snapshot that a later
+        # resume, on any node, restores) and is sent only when the workspace may have changed since
+        # the last persist: a Runner-owned session was just persisted by the SDK's stop(), and gets
+        # no second snapshot. shutdown then removes the sandbox (it persists nothing).
+        if self._dirty:
             try:
-                res = await self._op(op, timeout=WORKSPACE_TIMEOUT)
+                snap = await self._s.stop()
+                if snap.get("snapshot_id"):
+                    self.state.paddock_snapshot_id = snap["snapshot_id"]
+                self._dirty = False
             except PaddockError:
-                continue
-            snap = (res or {}).get("snapshot") or {}
-            if snap.get("snapshot_id"):
-                self.state.paddock_snapshot_id = snap["snapshot_id"]
+                pass
+        try:
+            await self._s.shutdown()
+        except PaddockError:
+            pass
+        self._procs.clear()
 
     # --- exec ---
 
     def _prepare_exec_command(self, *command: str | Path, shell: bool | list[str], user: str | User | None) -> list[str]:
-        # Paddock runs a command as another user natively (exec's `user`): no sudo prefix.
-        return super()._prepare_exec_command(*command, shell=shell, user=None)
+        # Paddock runs a command as another user natively (exec's `user`): no sudo prefix. The
+        # SDK's shell=True is `sh -lc`; a login shell reads the profile on every command, so it
+        # is `sh -c` here unless the options ask for login_shell (an explicit list is kept).
+        argv = super()._prepare_exec_command(*command, shell=shell, user=None)
+        if shell is True and not self._login_shell and argv[:2] == ["sh", "-lc"]:
+            argv[1] = "-c"
+        return argv
 
     async def exec(
         self,
@@ -355,25 +344,16 @@ class PaddockSandboxSession(BaseSandboxSession):
         return await self._exec_argv([str(c) for c in command], timeout=timeout, user=None)
 
     async def _exec_argv(self, argv: list[str], *, timeout: float | None, user: str | User | None) -> ExecResult:
-        args: dict[str, Any] = {"argv": argv}
-        if timeout is not None:
-            args["timeout_ms"] = max(1, math.ceil(timeout * 1000))
-        if user is not None:
-            args["user"] = user.name if isinstance(user, User) else str(user)
-        wait = (timeout or 600.0) + self._timeout()
+        self._dirty = True
         try:
-            res = await self._op(OP_EXEC, args, timeout=wait)
+            res = await self._s.exec(argv, timeout=timeout, user=(user.name if isinstance(user, User) else user) or None, trace=_trace())
         except PaddockError as e:
             if isinstance(e, ExecTimeout):
                 raise ExecTimeoutError(command=argv, timeout_s=timeout, cause=e) from e
             raise ExecTransportError(
                 command=argv, cause=e, context={"paddock_error_code": e.code}, message=str(e), retryable=e.retryable
             ) from e
-        return ExecResult(
-            stdout=_decode_output(res.get("stdout"), res.get("stdout_encoding")),
-            stderr=_decode_output(res.get("stderr"), res.get("stderr_encoding")),
-            exit_code=int(res.get("exit_code", 0)),
-        )
+        return ExecResult(stdout=res.stdout, stderr=res.stderr, exit_code=res.exit_code)
 
     # --- files ---
 
@@ -381,25 +361,15 @@ class PaddockSandboxSession(BaseSandboxSession):
         if user is not None:
             await self._check_read_with_exec(path, user=user)
         target = self._path(path)
+        # Spooled: large files (through the transfer service) go to disk.
+        out = tempfile.SpooledTemporaryFile(max_size=8 << 20)
         try:
-            res = await self._op(OP_READ, {"path": target}, timeout=WORKSPACE_TIMEOUT)
+            await self._s.read_to(target, out)
         except PaddockError as e:
+            out.close()
             if isinstance(e, NotFound):
                 raise WorkspaceReadNotFoundError(path=Path(path), cause=e) from e
             raise WorkspaceArchiveReadError(path=Path(path), cause=e, context={"paddock_error_code": e.code}, retryable=e.retryable) from e
-        if not res.get("download"):
-            return io.BytesIO(base64.b64decode(res.get("content") or ""))
-        # Over the inline limit: the node put the file in a temporary object that the engine's
-        # transfer service streams here (and deletes). Spooled: large files go to disk.
-        out = tempfile.SpooledTemporaryFile(max_size=8 << 20)
-        try:
-            n = await self._t.download(res["download"], out)
-        except PaddockError as e:
-            out.close()
-            raise WorkspaceArchiveReadError(path=Path(path), cause=e, retryable=e.retryable) from e
-        if n != int(res.get("size", n)):
-            out.close()
-            raise WorkspaceArchiveReadError(path=Path(path), context={"reason": f"got {n} of {res.get('size')} bytes"}, retryable=True)
         out.seek(0)
         return out  # type: ignore[return-value]
 
@@ -408,29 +378,9 @@ class PaddockSandboxSession(BaseSandboxSession):
         if user is not None:
             await self._check_write_with_exec(path, user=user)
         target = self._path(path, for_write=True)
-        stream = payload.stream
-        head = stream.read(INLINE_LIMIT + 1) or b""
-        if isinstance(head, str):
-            head = head.encode("utf-8")
+        self._dirty = True
         try:
-            if len(head) <= INLINE_LIMIT:
-                await self._op(OP_WRITE, {"path": target, "content": base64.b64encode(head).decode()})
-                return
-
-            def chunks() -> Any:
-                yield bytes(head)
-                while True:
-                    b = stream.read(1 << 20)
-                    if not b:
-                        return
-                    yield b.encode("utf-8") if isinstance(b, str) else bytes(b)
-
-            name, size = await self._t.upload(chunks())
-            try:
-                await self._op(OP_WRITE, {"path": target, "upload": name, "size": size}, timeout=WORKSPACE_TIMEOUT)
-            except PaddockError:
-                await self._t.discard(name)
-                raise
+            await self._s.write(target, payload.stream)  # type: ignore[arg-type]
         except PaddockError as e:
             raise WorkspaceArchiveWriteError(path=Path(path), cause=e, context={"paddock_error_code": e.code}, retryable=e.retryable) from e
 
@@ -438,35 +388,26 @@ class PaddockSandboxSession(BaseSandboxSession):
         if user is not None:
             return await super().ls(path, user=user)
         target = self._path(path)
+        try:
+            entries = await self._s.ls(target)
+        except PaddockError as e:
+            # What the SDK's local provider raises for a failed listing.
+            raise ExecNonZeroError(ExecResult(stdout=b"", stderr=str(e).encode(), exit_code=1), command=("ls", target), cause=e) from e
         out: list[FileEntry] = []
-        args: dict[str, Any] = {"path": target}
-        while True:
-            try:
-                res = await self._op(OP_LS, args)
-            except PaddockError as e:
-                # What the SDK's local provider raises for a failed listing.
-                raise ExecNonZeroError(
-                    ExecResult(stdout=b"", stderr=str(e).encode(), exit_code=1), command=("ls", target), cause=e
-                ) from e
-            for ent in res.get("entries") or []:
-                kind = {"dir": EntryKind.DIRECTORY, "file": EntryKind.FILE, "symlink": EntryKind.SYMLINK}.get(ent.get("type"), EntryKind.OTHER)
-                mode = int(ent.get("mode", 0)) | (stat.S_IFDIR if kind == EntryKind.DIRECTORY else 0)
-                name = ent.get("name", "")
-                full = target if name in ("", ".") else f"{target.rstrip('/')}/{name}"
-                out.append(
-                    FileEntry(path=full, permissions=Permissions.from_mode(mode), owner="", group="", size=int(ent.get("size", 0)), kind=kind)
-                )
-            if not res.get("next"):
-                return out
-            args = {"path": target, "after": res["next"]}
+        for ent in entries:
+            kind = {"dir": EntryKind.DIRECTORY, "file": EntryKind.FILE, "symlink": EntryKind.SYMLINK}.get(ent.type, EntryKind.OTHER)
+            mode = ent.mode | (stat.S_IFDIR if kind == EntryKind.DIRECTORY else 0)
+            out.append(FileEntry(path=ent.path, permissions=Permissions.from_mode(mode), owner="", group="", size=ent.size, kind=kind))
+        return out
 
     async def rm(self, path: Path | str, *, recursive: bool = False, user: str | User | None = None) -> None:
         if user is not None:
             await self._check_rm_with_exec(path, recursive=recursive, user=user)
         target = self._path(path, for_write=True)
+        self._dirty = True
         try:
             # As the SDK's providers: recursive is `rm -rf` (a missing path is fine).
-            await self._op(OP_RM, {"path": target, "recursive": recursive, "force": recursive})
+            await self._s.rm(target, recursive=recursive, force=recursive)
         except PaddockError as e:
             if isinstance(e, NotFound):
                 raise ExecNonZeroError(
@@ -478,8 +419,9 @@ class PaddockSandboxSession(BaseSandboxSession):
         if user is not None:
             await self._check_mkdir_with_exec(path, parents=parents, user=user)
         target = self._path(path, for_write=True)
+        self._dirty = True
         try:
-            await self._op(OP_MKDIR, {"path": target, "parents": parents})
+            await self._s.mkdir(target, parents=parents)
         except PaddockError as e:
             if isinstance(e, AlreadyExists):
                 return  # as the SDK's local provider (exist_ok)
@@ -490,10 +432,9 @@ class PaddockSandboxSession(BaseSandboxSession):
     async def persist_workspace(self) -> io.IOBase:
         root = self.state.manifest.root
         try:
-            res = await self._op(OP_PERSIST, timeout=WORKSPACE_TIMEOUT)
+            snap = await self._s.persist()
         except PaddockError as e:
             raise WorkspaceArchiveReadError(path=Path(root), cause=e, context={"paddock_error_code": e.code}, retryable=e.retryable) from e
-        snap = res.get("snapshot") or {}
         self.state.paddock_snapshot_id = snap.get("snapshot_id") or self.state.paddock_snapshot_id
         # The SDK wants the tar itself, which a tenant cannot download from Paddock's store: tar
         # the workspace in the sandbox to a file in it (excluded from the tar, removed after) and
@@ -512,33 +453,24 @@ class PaddockSandboxSession(BaseSandboxSession):
             raw = await self.read(Path(path))
         finally:
             try:
-                await self._op(OP_RM, {"path": path, "force": True})
+                await self._s.rm(path, force=True)
             except PaddockError:
                 pass
         try:
-            return _filter_tar(raw, skip={name, *(p.as_posix() for p in self._persist_workspace_skip_relpaths())})
+            out = _filter_tar(raw, skip={name, *(p.as_posix() for p in self._persist_workspace_skip_relpaths())})
         finally:
             raw.close()
+        # The tar file made above is gone again: the workspace is the snapshot just recorded.
+        self._dirty = False
+        return out
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
         root = Path(self.state.manifest.root)
-
-        def chunks() -> Any:
-            while True:
-                b = data.read(1 << 20)
-                if not b:
-                    return
-                yield b.encode("utf-8") if isinstance(b, str) else bytes(b)
-
+        self._dirty = True
         try:
-            name, _ = await self._t.upload(chunks())
-            try:
-                # Paddock checks the archive (archive rules) before it extracts anything, and
-                # swaps the workspace only once the whole archive extracted.
-                await self._op(OP_HYDRATE, {"upload": name}, timeout=WORKSPACE_TIMEOUT)
-            except PaddockError:
-                await self._t.discard(name)
-                raise
+            # Paddock checks the archive (archive rules) before it extracts anything, and swaps
+            # the workspace only once the whole archive extracted.
+            await self._s.hydrate(data)  # type: ignore[arg-type]
         except PaddockError as e:
             raise WorkspaceArchiveWriteError(path=root, cause=e, context={"paddock_error_code": e.code}, retryable=e.retryable) from e
 
@@ -549,7 +481,7 @@ class PaddockSandboxSession(BaseSandboxSession):
         the sandbox (the sandbox itself keeps its network policy). It changes with the sandbox:
         after a stop and start, or a resume on another node, resolve it again."""
         try:
-            res = await self._op(OP_PORT, {"port": port})
+            ep = await self._s.port(port)
         except PaddockError as e:
             raise ExposedPortUnavailableError(
                 port=port,
@@ -559,25 +491,22 @@ class PaddockSandboxSession(BaseSandboxSession):
                 cause=e,
                 retryable=e.retryable,
             ) from e
-        return ExposedPortEndpoint(host=str(res["host"]), port=int(res["port"]), tls=False)
+        return ExposedPortEndpoint(host=ep.host, port=ep.port, tls=False)
 
     def supports_pty(self) -> bool:
         return True
 
-    def _pty_update(self, res: dict[str, Any], max_output_tokens: int | None) -> PtyExecUpdate:
+    def _pty_update(self, out: paddock.ProcOutput, max_output_tokens: int | None) -> PtyExecUpdate:
         from agents.sandbox.util.token_truncation import formatted_truncate_text_with_token_count
 
-        raw = _decode_output(res.get("output"), res.get("output_encoding"))
-        pid = int(res["process_id"])
-        running = bool(res.get("running"))
-        if not running:
-            self._procs.discard(pid)
-        text = raw.decode("utf-8", errors="replace")
+        if not out.running:
+            self._procs.pop(out.process_id, None)
+        text = out.output.decode("utf-8", errors="replace")
         truncated, original = formatted_truncate_text_with_token_count(text, max_output_tokens)
         return PtyExecUpdate(
-            process_id=pid if running else None,
+            process_id=out.process_id if out.running else None,
             output=truncated.encode("utf-8"),
-            exit_code=None if running else res.get("exit_code"),
+            exit_code=None if out.running else out.exit_code,
             original_token_count=original,
         )
 
@@ -594,15 +523,14 @@ class PaddockSandboxSession(BaseSandboxSession):
         _ = timeout
         argv = self._prepare_exec_command(*command, shell=shell, user=None)
         yield_ms = clamp_pty_yield_time_ms(10_000 if yield_time_s is None else int(yield_time_s * 1000))
-        args: dict[str, Any] = {"argv": argv, "tty": tty, "yield_ms": yield_ms, "return_on_output": False}
-        if user is not None:
-            args["user"] = user.name if isinstance(user, User) else str(user)
+        self._dirty = True
         try:
-            res = await self._op(OP_PROC_START, args, timeout=yield_ms / 1000 + self._timeout())
+            proc, out = await self._s.start_process(argv, tty=tty, user=(user.name if isinstance(user, User) else user) or None,
+                                                    yield_s=yield_ms / 1000)
         except PaddockError as e:
             raise ExecTransportError(command=argv, cause=e, message=str(e), retryable=e.retryable) from e
-        self._procs.add(int(res["process_id"]))
-        return self._pty_update(res, max_output_tokens)
+        self._procs[proc.id] = tty
+        return self._pty_update(out, max_output_tokens)
 
     async def pty_write_stdin(
         self,
@@ -612,55 +540,50 @@ class PaddockSandboxSession(BaseSandboxSession):
         yield_time_s: float | None = None,
         max_output_tokens: int | None = None,
     ) -> PtyExecUpdate:
+        # As the SDK's providers: a process this session does not hold (never started here,
+        # ended, or terminated by pty_terminate_all/stop) is not found at once, without a request.
+        if session_id not in self._procs:
+            raise PtySessionNotFoundError(session_id=session_id)
+        tty = self._procs[session_id]
+        if chars and not tty:
+            raise RuntimeError(STDIN_NOT_AVAILABLE)
         yield_ms = resolve_pty_write_yield_time_ms(
             yield_time_ms=250 if yield_time_s is None else int(yield_time_s * 1000), input_empty=not chars
         )
-        args: dict[str, Any] = {"process_id": session_id, "yield_ms": yield_ms}
-        op = OP_PROC_READ
-        if chars:
-            op = OP_PROC_WRITE
-            args["input"] = base64.b64encode(chars.encode("utf-8")).decode()
+        proc = self._s.process(session_id, tty=tty)
         try:
-            res = await self._op(op, args, timeout=yield_ms / 1000 + self._timeout())
+            if chars:
+                self._dirty = True
+                out = await proc.write(chars, yield_s=yield_ms / 1000)
+            else:
+                out = await proc.read(yield_s=yield_ms / 1000)
         except PaddockError as e:
             if isinstance(e, NotFound):
+                self._procs.pop(session_id, None)
                 raise PtySessionNotFoundError(session_id=session_id, cause=e) from e
             raise
-        return self._pty_update(res, max_output_tokens)
+        return self._pty_update(out, max_output_tokens)
 
     async def pty_terminate_all(self) -> None:
-        for pid in list(self._procs):
+        procs, self._procs = list(self._procs), {}
+        for pid in procs:
             try:
-                await self._op(OP_PROC_SIGNAL, {"process_id": pid, "signal": "KILL"})
+                await self._s.process(pid).signal("KILL")
             except PaddockError:
                 pass
-            self._procs.discard(pid)
-
-
-# How long resume keeps asking the scheduler while it answers a retryable error (a node that
-# just died and is not yet known gone, one that just started, a racing writer): then it raises.
-RESUME_RETRY_S = 60.0
-
-
-async def _resume_placed(t: Transport, args: dict[str, Any]) -> Any:
-    """Ask the engine's scheduler to resume a session no node serves. A retryable error (the
-    contract's flag: unavailable, no_capacity, concurrency_conflict, ...) means the resume ran
-    nothing, so it is asked again, each time as a new command, with backoff, for RESUME_RETRY_S."""
-    give_up = asyncio.get_running_loop().time() + RESUME_RETRY_S
-    wait = 0.2
-    while True:
-        try:
-            return await t.request(t.tenant_subject(OP_RESUME), args, timeout=WORKSPACE_TIMEOUT, trace=_trace_ids())
-        except PaddockError as e:
-            if not e.retryable or asyncio.get_running_loop().time() + wait > give_up:
-                raise
-        await asyncio.sleep(wait)
-        wait = min(2 * wait, 2.0)
 
 
 class PaddockSandboxClient(BaseSandboxClient[PaddockSandboxClientOptions | None]):
-    """Creates, resumes and deletes Paddock sessions for the SDK. One NATS connection per client,
-    opened on first use in the running event loop; ``aclose()`` closes it."""
+    """Creates, resumes and deletes Paddock sessions for the SDK.
+
+    Connection settings are the constructor's, each falling back to its environment variable:
+    ``url`` ($PADDOCK_URL), ``creds`` ($PADDOCK_CREDS: a credentials file or an nkey seed file),
+    ``tenant`` ($PADDOCK_TENANT, else the credentials'), ``tls_ca`` ($PADDOCK_TLS_CA); or an
+    existing connection: ``nc`` (a nats.py client) or ``client`` (a ``paddock.Client``), which
+    ``aclose()`` then leaves open. ``PaddockSandboxClient()`` with no arguments works from the
+    environment alone (and $PADDOCK_IMAGE for the image). One NATS connection per client, opened
+    on first use in the running event loop.
+    """
 
     backend_id = BACKEND_ID
     supports_default_options = True
@@ -669,31 +592,47 @@ class PaddockSandboxClient(BaseSandboxClient[PaddockSandboxClientOptions | None]
         self,
         options: PaddockSandboxClientOptions | None = None,
         *,
+        url: str | None = None,
+        creds: str | None = None,
+        tenant: str | None = None,
+        tls_ca: str | None = None,
+        nc: NatsClient | None = None,
+        client: paddock.Client | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT,
         instrumentation: Instrumentation | None = None,
         dependencies: Dependencies | None = None,
     ) -> None:
         super().__init__()
         self.options = options or PaddockSandboxClientOptions()
+        self._conn = {"url": url, "creds": creds, "tenant": tenant, "tls_ca": tls_ca, "nc": nc}
+        self._timeout = timeout_s
         self._instrumentation = instrumentation if instrumentation is not None else Instrumentation()
         self._dependencies = dependencies
-        self._transport: Transport | None = None
-        self._lock = asyncio.Lock()
+        self._client: paddock.Client | None = client
+        self._given = client is not None
+        self._lock: asyncio.Lock | None = None
         self._live: set[str] = set()  # Paddock session ids created or resumed and not deleted
 
-    async def _connect(self, options: PaddockSandboxClientOptions) -> Transport:
+    async def _paddock(self) -> paddock.Client:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
         async with self._lock:
-            if self._transport is not None and not self._transport.nc.is_closed:
-                return self._transport
-            nc, creds = await connect(options.url, options.creds)
-            tenant = options.tenant or (creds.tenant if creds and creds.tenant else "default")
-            self._transport = Transport(nc, tenant, actor="openai-agents")
-            return self._transport
+            if self._client is not None and (self._given or not self._client.is_closed):
+                return self._client
+            # Every request carries the SDK's current trace and span (its ops' spans parent
+            # Paddock's events).
+            self._client = await paddock.connect(**self._conn, actor="openai-agents", name="paddock-agents", timeout=self._timeout,
+                                                 trace=_trace)
+            return self._client
 
     async def aclose(self) -> None:
-        """Close the client's NATS connection (sessions keep running in Paddock)."""
-        if self._transport is not None and not self._transport.nc.is_closed:
-            await self._transport.nc.close()
-        self._transport = None
+        """Close the client's NATS connection when it opened it (sessions keep running in Paddock)."""
+        if self._client is not None and not self._given:
+            await self._client.close()
+            self._client = None
+
+    def _session(self, state: PaddockSandboxSessionState, s: paddock.Session, opts: PaddockSandboxClientOptions) -> PaddockSandboxSession:
+        return PaddockSandboxSession(state=state, session=s, secret_env=opts.secret_env, login_shell=opts.login_shell)
 
     async def create(
         self,
@@ -706,67 +645,70 @@ class PaddockSandboxClient(BaseSandboxClient[PaddockSandboxClientOptions | None]
         manifest = manifest if manifest is not None else Manifest()
         self._validate_manifest_for_create(manifest)
         _check_manifest(manifest)
-        t = await self._connect(opts)
+        c = await self._paddock()
         session_id = uuid.uuid4()
         state = PaddockSandboxSessionState(
             session_id=session_id,
             manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
             paddock_session_id=str(session_id),
-            tenant=t.tenant,
+            tenant=c.tenant,
             runtime=opts.runtime,
-            exposed_ports=opts.exposed_ports,
+            exposed_ports=tuple(dict.fromkeys(opts.exposed_ports)),
             options=opts.model_dump(mode="json"),
         )
-        await self._create_backend(t, state, opts)
+        s = await self._create_backend(c, state, opts)
         self._live.add(state.paddock_session_id)
-        inner = PaddockSandboxSession(state=state, transport=t, secret_env=opts.secret_env)
-        return self._wrap_session(inner, instrumentation=self._instrumentation)
+        return self._wrap_session(self._session(state, s, opts), instrumentation=self._instrumentation)
 
-    async def _create_backend(self, t: Transport, state: PaddockSandboxSessionState, opts: PaddockSandboxClientOptions) -> None:
-        args = opts.create_args(session_id=state.paddock_session_id, workspace_root=state.manifest.root)
-        res = await t.request(t.tenant_subject(OP_CREATE), args, timeout=opts.timeout_s, trace=_trace_ids())
-        state.node = res.get("node")
-        state.runtime = res.get("runtime") or state.runtime
+    async def _create_backend(self, c: paddock.Client, state: PaddockSandboxSessionState, opts: PaddockSandboxClientOptions,
+                              labels: dict[str, str] | None = None) -> paddock.Session:
+        kw = opts.create_kwargs()
+        if labels:
+            kw["labels"] = {**(kw.get("labels") or {}), **labels}
+        root = state.manifest.root
+        s = await c.create(session_id=state.paddock_session_id, workspace_root=root if root != "/workspace" else None,
+                           trace=_trace(), **kw)
+        state.node = s.node or None
+        state.runtime = s.runtime or state.runtime
         state.epoch = 1
+        return s
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
-        """Reattach to the session's sandbox where it runs; if no node serves it, the engine's
-        scheduler places it on a node that re-creates it from Paddock's last snapshot. A session
-        Paddock no longer knows (deleted) is created again and the SDK restores its own snapshot."""
+        """Resume the same Paddock session: on the node that serves it, else through the engine's
+        scheduler, which re-creates its sandbox on a node from Paddock's last snapshot. A session
+        never persisted in Paddock comes back empty (the SDK restores its own snapshot). Only a
+        session Paddock no longer knows (deleted) is created again, under a new id whose create
+        records the old one (label ``paddock.replaces``, state ``paddock_replaces``)."""
         if not isinstance(state, PaddockSandboxSessionState):
             raise TypeError("PaddockSandboxClient.resume expects a PaddockSandboxSessionState")
         opts = self.options
-        if state.options and not (opts.url or opts.creds or opts.image):
-            opts = PaddockSandboxClientOptions.model_validate({**state.options, "secret_env": self.options.secret_env})
-        t = await self._connect(opts)
+        if state.options:
+            saved = {k: v for k, v in state.options.items() if k in PaddockSandboxClientOptions.model_fields}
+            opts = PaddockSandboxClientOptions.model_validate({**saved, "secret_env": self.options.secret_env})
+        c = await self._paddock()
         sid = state.paddock_session_id
-        args: dict[str, Any] = {}
-        if opts.secret_env:
-            args["secret_env"] = dict(opts.secret_env)
+        secrets = dict(opts.secret_env) or None
         preserved = True
         try:
-            try:
-                res = await t.request(
-                    t.session_subject(sid, OP_RESUME), args, timeout=WORKSPACE_TIMEOUT, trace=_trace_ids(), fallback_no_responders=True
-                )
-            except NoRespondersError:
-                res = await _resume_placed(t, {"session_id": sid, **args})
-            state.node = res.get("node", state.node)
-            state.epoch = int(res.get("epoch", state.epoch))
+            s = await c.resume(sid, secret_env=secrets, trace=_trace())
+            state.node = s.node or state.node
+            state.epoch = s.epoch or state.epoch
         except PaddockError as e:
             if not isinstance(e, (SessionNotFound, SnapshotNotFound)):
                 raise
             if isinstance(e, SnapshotNotFound):
-                # Never persisted in Paddock: bring it back empty; the SDK restores its snapshot.
-                await t.request(t.tenant_subject(OP_RESUME), {"session_id": sid, "empty": True, **args}, timeout=WORKSPACE_TIMEOUT)
+                # Never persisted in Paddock: the same session, empty; the SDK restores its snapshot.
+                s = await c.resume(sid, secret_env=secrets, empty=True, trace=_trace())
+                state.node, state.epoch = s.node or state.node, s.epoch or state.epoch
             else:
+                state.paddock_replaces = sid
                 state.paddock_session_id = str(uuid.uuid4())
-                await self._create_backend(t, state, opts)
+                s = await self._create_backend(c, state, opts, labels={"paddock.replaces": sid})
             preserved = False
             state.workspace_root_ready = False
         self._live.add(state.paddock_session_id)
-        inner = PaddockSandboxSession(state=state, transport=t, secret_env=opts.secret_env)
+        inner = self._session(state, s, opts)
         inner._set_start_state_preserved(preserved)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
 
@@ -796,7 +738,7 @@ class PaddockSandboxClient(BaseSandboxClient[PaddockSandboxClientOptions | None]
         if not isinstance(inner, PaddockSandboxSession):
             raise TypeError("PaddockSandboxClient.delete expects a PaddockSandboxSession")
         try:
-            await inner._op(OP_DELETE, timeout=WORKSPACE_TIMEOUT)
+            await inner.paddock.delete()
         except PaddockError as e:
             if not isinstance(e, SessionNotFound):
                 raise

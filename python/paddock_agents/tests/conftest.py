@@ -31,12 +31,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def options() -> PaddockSandboxClientOptions:
-    return PaddockSandboxClientOptions(
-        url=os.environ.get("PADDOCK_URL"),
-        creds=os.environ.get("PADDOCK_CREDS"),
-        image=os.environ.get("PADDOCK_IMAGE"),
-        runtime=os.environ.get("PADDOCK_RUNTIME") or "docker",
-    )
+    """The sandbox's options (the connection comes from PADDOCK_URL, PADDOCK_CREDS)."""
+    return PaddockSandboxClientOptions(image=os.environ.get("PADDOCK_IMAGE"), runtime=os.environ.get("PADDOCK_RUNTIME") or "docker")
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from agents.sandbox.errors import (
     WorkspaceReadNotFoundError,
 )
 
-from paddock_agents import PaddockError, PaddockSandboxClient, PaddockSandboxClientOptions, connect
-from paddock_agents.errors import InvalidPath
+from paddock_agents import PaddockError, PaddockSandboxClient, PaddockSandboxClientOptions
+from paddock.errors import InvalidPath
 
 
 async def test_manifest_files_and_large_files(client: PaddockSandboxClient) -> None:
@@ -101,8 +101,9 @@ async def test_pty_over_processes(client: PaddockSandboxClient) -> None:
 
 
 async def test_credentials_are_required(options: PaddockSandboxClientOptions) -> None:
+    client = PaddockSandboxClient(options, creds="none")
     with pytest.raises(PaddockError) as err:
-        await connect(options.url, "none")
+        await client.create()
     assert err.value.code == "permission_denied"
 
 

@@ -12,7 +12,7 @@ from agents.sandbox import Manifest
 from agents.sandbox.entries import File
 
 from paddock_agents import PaddockSandboxClient, PaddockSandboxClientOptions
-from paddock_agents.errors import InvalidRequest, SnapshotNotFound
+from paddock.errors import InvalidRequest, SnapshotNotFound
 from paddock_agents.sandbox import PaddockSandboxSession
 
 

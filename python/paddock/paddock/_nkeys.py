@@ -1,14 +1,19 @@
 """NATS nkeys for a user seed: decode "SU..." seeds, derive the public key, sign the server's nonce.
 
-nats.py signs with the ``nkeys`` package (PyNaCl). This module does the same with
-``cryptography``'s Ed25519 when it is installed, and otherwise with a small pure-Python
-Ed25519 (RFC 8032's reference algorithm: slow, about 10 ms a signature, once per connect).
+nats.py signs with the ``nkeys`` package (PyNaCl; ``pip install nats-py[nkeys]``) when given
+``nkeys_seed_str``, its public option for nkey authentication. Where that package is missing,
+:func:`ensure_nkeys_module` provides a module of the same name and interface (``from_seed``,
+``KeyPair.public_key``/``sign``/``wipe``) backed by this module: ``cryptography``'s Ed25519 when it
+is installed, and otherwise a small pure-Python Ed25519 (RFC 8032's reference algorithm: slow,
+about 10 ms a signature, once per connect). No nats.py method is overridden.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import sys
+import types
 
 _PREFIX_SEED = 18 << 3  # 'S'
 _PREFIX_USER = 20 << 3  # 'U'
@@ -79,7 +84,38 @@ class UserKey:
         self.public_key = encode_user_public(pub)
 
     def sign(self, data: bytes) -> bytes:
+        """The Ed25519 signature of data (64 bytes)."""
         return self._sign(data)
+
+
+class _KeyPair:
+    """The part of the ``nkeys`` package's KeyPair that nats.py uses."""
+
+    def __init__(self, seed: bytes | bytearray) -> None:
+        self._key = UserKey(bytes(seed).decode())
+        self.public_key = self._key.public_key.encode()
+
+    def sign(self, data: bytes) -> bytes:
+        return self._key.sign(data)
+
+    def wipe(self) -> None:
+        self._key = None  # type: ignore[assignment]
+
+
+def ensure_nkeys_module() -> None:
+    """Make ``import nkeys`` work for nats.py: the real package when installed, else a module of
+    the same interface backed by :class:`UserKey` (user seeds only, which is all Paddock issues)."""
+    if "nkeys" in sys.modules:
+        return
+    try:
+        import nkeys  # noqa: F401
+        return
+    except ImportError:
+        pass
+    mod = types.ModuleType("nkeys", "paddock's stand-in for the nkeys package (user seeds only)")
+    mod.KeyPair = _KeyPair  # type: ignore[attr-defined]
+    mod.from_seed = _KeyPair  # type: ignore[attr-defined]
+    sys.modules["nkeys"] = mod
 
 
 # --- pure-Python Ed25519 (RFC 8032, section 6), used only without `cryptography` ---

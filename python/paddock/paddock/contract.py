@@ -96,7 +96,7 @@ SESSION_STATUSES = (
     "stopped",
 )
 
-# Error codes (errcode.Codes); paddock_agents.errors has a class for each.
+# Error codes (errcode.Codes); paddock.errors has a class for each.
 ERROR_CODES = (
     "already_exists",
     "concurrency_conflict",

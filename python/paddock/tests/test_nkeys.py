@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from paddock_agents import _nkeys
+from paddock import _nkeys
 
 
 

@@ -1,4 +1,4 @@
-"""paddock_agents.errors: one exception class per error code, and the wire's errors raised as them."""
+"""paddock.errors: one exception class per error code, and the wire's errors raised as them."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import uuid
 
 import pytest
 
-from paddock_agents import PaddockSandboxClientOptions, connect, error_for
-from paddock_agents import errors
-from paddock_agents.contract import ERROR_CODES, OP_RUNNING, RETRYABLE_CODES
-from paddock_agents.errors import ERRORS, PaddockError, SessionNotFound, Unavailable
-from paddock_agents.transport import Transport
+import paddock
+from paddock import errors, error_for
+from paddock.contract import ERROR_CODES, OP_RUNNING, RETRYABLE_CODES
+from paddock.errors import ERRORS, PaddockError, SessionNotFound, Unavailable
 
 
 def test_each_code_has_its_class() -> None:
@@ -58,10 +57,9 @@ def test_errors_pickle() -> None:
         assert type(got) is type(e) and (got.code, got.message, got.retryable) == (e.code, e.message, e.retryable)
 
 
-async def test_wire_errors_are_specific(options: PaddockSandboxClientOptions) -> None:
-    nc, creds = await connect(options.url, options.creds)
-    try:
-        t = Transport(nc, creds.tenant if creds and creds.tenant else "default")
+async def test_wire_errors_are_specific(client: paddock.Client) -> None:
+    if True:
+        t = client.transport
         missing = str(uuid.uuid4())
         # The engine's reply to a lookup of a session that never was.
         with pytest.raises(SessionNotFound) as err:
@@ -73,5 +71,3 @@ async def test_wire_errors_are_specific(options: PaddockSandboxClientOptions) ->
         # An error still is a PaddockError for the callers that catch that.
         with pytest.raises(PaddockError):
             await t.lookup(missing)
-    finally:
-        await nc.close()
