@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,6 +32,10 @@ type Agent struct {
 	log      *events.Log
 	logger   *slog.Logger
 	cfg      Config
+	// tarRestore makes a manifest restore write a tar into the runtime's
+	// staging even when the runtime stages on the host (tests and
+	// benchmarks compare both paths; atomic: set between operations).
+	tarRestore atomic.Bool
 	cmdSubj  commands.Subjects
 	runtimes map[string]runtime.Runtime
 	// egressG is what no egress policy reaches, made on first use (under mu).
