@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,12 +28,16 @@ import (
 
 // Agent is a node agent. Create it with New, then Start; Close drains it.
 type Agent struct {
-	nc       *nats.Conn
-	log      *events.Log
-	logger   *slog.Logger
-	cfg      Config
-	cmdSubj  commands.Subjects
-	runtimes map[string]runtime.Runtime
+	nc     *nats.Conn
+	log    *events.Log
+	logger *slog.Logger
+	cfg    Config
+	// tarRestore makes a manifest restore write a tar into the runtime's
+	// staging even when the runtime stages on the host (tests and
+	// benchmarks compare both paths; atomic: set between operations).
+	tarRestore atomic.Bool
+	cmdSubj    commands.Subjects
+	runtimes   map[string]runtime.Runtime
 	// egressG is what no egress policy reaches, made on first use (under mu).
 	egressG *egress.Guard
 	order   []string // runtime names in preference order

@@ -37,12 +37,15 @@ func supervisedBenchStack(b *testing.B, sync time.Duration) (*testenv.Stack, str
 // benchStack is a stack whose only node runs the Docker runtime, with the
 // in-sandbox supervisor when supervised and a warm pool of pool containers
 // of the base image (filled before it returns) when pool > 0; it returns
-// the runtime and the image too.
-func benchStack(b *testing.B, sync time.Duration, supervised bool, pool int) (*testenv.Stack, *docker.Runtime, string) {
+// the runtime and the image too. opts change the runtime's config.
+func benchStack(b *testing.B, sync time.Duration, supervised bool, pool int, opts ...func(*docker.Config)) (*testenv.Stack, *docker.Runtime, string) {
 	b.Helper()
 	image := testenv.SandboxBaseImage(b)
 	node := "bench-" + uuid.NewString()[:8]
 	cfg := docker.Config{Client: testenv.DockerClient(b), Node: node}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	if supervised {
 		cfg.Supervisor, cfg.SupervisorDir = testenv.SupervisorBinary(b), testenv.SupervisorDir(b)
 	}

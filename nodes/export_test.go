@@ -28,3 +28,9 @@ func TeardownHooks(a *Agent) []string {
 // from now on: the benchmarks compare both on one workspace. Call it
 // between operations, never during one.
 func SetSnapshotFormat(a *Agent, f string) { a.cfg.Snapshots = f }
+
+// SetTarRestore makes a manifest restore go through a tar into the
+// runtime's staging (on) even where the runtime stages on the host, as a
+// runtime that does not would: tests cover that path, benchmarks compare
+// both in one run.
+func SetTarRestore(a *Agent, on bool) { a.tarRestore.Store(on) }

@@ -37,6 +37,8 @@ import (
 //	persist-tar       a tar persist of the same workspace (then deleted)
 //	restore-warm      hydrate of the newest manifest snapshot, every chunk
 //	                  in the node's cache
+//	restore-warm-tar  the same through a tar into the runtime's staging
+//	                  (the path before restores wrote the host directory)
 //	restore-cold      the same with the cache emptied first
 //	raw-get           object store gets of the same chunks, 8 in flight,
 //	                  each read to its end (what restore-cold fetches)
@@ -124,7 +126,7 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var manifest, tar, warm, cold, raw []time.Duration
+	var manifest, tar, warm, warmTar, cold, raw []time.Duration
 	var last commands.Snapshot
 	var chunks map[string]int64
 	for i := 0; i < b.N; i++ {
@@ -179,6 +181,16 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// (c') the same through a tar into the runtime's staging, as
+		// before restores wrote the host directory.
+		nodes.SetTarRestore(st.Agent, true)
+		t0 = time.Now()
+		_, err = st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: last.ID})
+		warmTar = append(warmTar, time.Since(t0))
+		nodes.SetTarRestore(st.Agent, false)
+		if err != nil {
+			b.Fatal(err)
+		}
 		// (d) restore with the cache empty.
 		if err := os.RemoveAll(filepath.Join(cacheDir, "default")); err != nil {
 			b.Fatal(err)
@@ -216,6 +228,7 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 	b.ReportMetric(p50(manifest), "persist-manifest-p50-ms")
 	b.ReportMetric(p50(tar), "persist-tar-p50-ms")
 	b.ReportMetric(p50(warm), "restore-warm-p50-ms")
+	b.ReportMetric(p50(warmTar), "restore-warm-tar-p50-ms")
 	b.ReportMetric(p50(cold), "restore-cold-p50-ms")
 	b.ReportMetric(p50(raw), "raw-get-p50-ms")
 	b.ReportMetric(float64(mib), "MiB")

@@ -35,16 +35,24 @@ import (
 //	                    PutManifest
 //
 // A restore (hydrate, resume, fork's children) of a manifest snapshot
-// writes its tar with snapshot.WriteTar from chunks out of the node's
-// cache or else the store (then cached), verified, into the runtime's
-// staging (all or nothing, archive limits, ownership as for any
-// archive). Tar snapshots are restored as they always were.
+// takes chunks out of the node's cache or else the store (then cached),
+// verified once, and, when the runtime stages on the host
+// (runtime.HostStager: local; Docker on a mounted loopfs disk), writes the
+// files straight into a host staging directory with snapshot.WriteDir
+// (through an os.Root, files in parallel, owned by the sandbox's user),
+// then swaps it in; otherwise it writes a tar with snapshot.WriteTar into
+// the runtime's staging. Either way: all or nothing, archive limits,
+// ownership as for any archive. Tar snapshots are restored as they always
+// were.
 
 // uploadParallel and fetchParallel bound the chunk uploads and downloads
 // in flight of one persist or restore.
 const (
 	uploadParallel = 8
 	fetchParallel  = 8
+	// writeParallel bounds the files a restore into a host directory
+	// writes (and fetches) at once.
+	writeParallel = 8
 )
 
 // persistLimits bound the node's own reading of a workspace it persists
@@ -433,18 +441,52 @@ func (a *Agent) restoreManifest(ctx context.Context, s *session, sb runtime.Sand
 		fetched.Add(1)
 		fetchedBytes.Add(int64(len(b)))
 		if a.chunks != nil {
-			if err := a.chunks.Put(s.tenant, d, b); err != nil {
+			// GetChunk verified the bytes: they are not hashed again.
+			if err := a.chunks.PutVerified(s.tenant, d, b); err != nil {
 				a.logger.Debug("chunk cache: cannot keep a chunk", "err", err)
 			}
 		}
 		return b, nil
 	}
+	counts := func() events.ChunkCounts {
+		return events.ChunkCounts{Chunks: len(m.ChunkSet()), Fetched: int(fetched.Load()), FetchedBytes: fetchedBytes.Load(), Cached: int(cached.Load())}
+	}
+	if hs, ok := sb.(runtime.HostStager); ok && !a.tarRestore.Load() {
+		stg, ok, err := hs.StageHost(ctx)
+		if err != nil {
+			return archive.Stats{}, counts(), err
+		}
+		if ok {
+			st, err := a.restoreHost(ctx, stg, m, get)
+			return st, counts(), err
+		}
+	}
 	st, err := a.restoreArchive(ctx, sb, func(w io.Writer) error {
 		_, err := snapshot.WriteTar(ctx, w, m, get, fetchParallel)
 		return err
 	})
-	counts := events.ChunkCounts{Chunks: len(m.ChunkSet()), Fetched: int(fetched.Load()), FetchedBytes: fetchedBytes.Load(), Cached: int(cached.Load())}
-	return st, counts, err
+	return st, counts(), err
+}
+
+// restoreHost writes m into the host staging directory stg, every chunk
+// from get (which verifies what it returns: the cache's Get and the
+// store's GetChunk both do), confined to the directory, owned as the
+// runtime's extraction would own it, then swaps it in; on any error the
+// staging directory is removed and the workspace is as it was.
+func (a *Agent) restoreHost(ctx context.Context, stg runtime.HostStage, m *snapshot.Manifest,
+	get func(context.Context, string) ([]byte, error)) (archive.Stats, error) {
+	st, err := snapshot.WriteDir(ctx, stg.Root, m, get, snapshot.WriteOptions{
+		Parallel: writeParallel, Chown: stg.Chown, UID: stg.UID, GID: stg.GID,
+		Verified: true, Limits: a.cfg.ArchiveLimits,
+	})
+	if err != nil {
+		stg.Abort()
+		return archive.Stats{}, err
+	}
+	if err := stg.Commit(); err != nil {
+		return archive.Stats{}, err
+	}
+	return st, nil
 }
 
 // changesOf returns what turned the workspace from before into after, as

@@ -185,6 +185,21 @@ func TestRestoreChunkCache(t *testing.T) {
 					t.Fatalf("workspace after resume %d: %s", i, testenv.FirstDiff(got, want))
 				}
 			}
+			// The same through a tar into the runtime's staging, as for a
+			// runtime that cannot stage on the host.
+			nodes.SetTarRestore(st.Agent, true)
+			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := st.Client.Resume(ctx, s.SessionID, nil); err != nil || !res.Restored {
+				t.Fatalf("resume through a tar = %+v, %v", res, err)
+			}
+			if d := lastFinishData[events.ResumeFinish](t, st, s.SessionID, commands.OpResume); d.Chunks == nil || d.Chunks.Cached != 5 {
+				t.Fatalf("resume through a tar: chunks %+v; want 5 from the cache", d.Chunks)
+			}
+			if got := tree(t, st, s.SessionID); got != want {
+				t.Fatalf("workspace after a resume through a tar: %s", testenv.FirstDiff(got, want))
+			}
 			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
 				t.Fatal(err)
 			}
@@ -554,5 +569,95 @@ func TestPersistAfterSnapshotRemoved(t *testing.T) {
 	}
 	if got := shell(t, st, s.SessionID, `sha256sum d/f0 d/f1 note.txt`); got != want {
 		t.Fatalf("after resume: %q, want %q", got, want)
+	}
+}
+
+// TestRestoreSymlinkAttack: a sandbox plants symlinks to a host directory
+// (absolute, and relative far enough up to leave any mount) where the
+// snapshot has directories, before each hydrate; on Docker it also keeps
+// swapping the directories of the staging directory the node writes (in
+// the holder, which its user owns) for such symlinks while the hydrates
+// run. The node writes the restore through an os.Root of the staging
+// directory: nothing is ever written in the host directory; on local each
+// hydrate restores the snapshot exactly, and on Docker, once the attacker
+// stops, a hydrate does (while it runs, a hydrate may fail, or succeed
+// with what the attacker moved in the staging directory, which is its own
+// workspace).
+func TestRestoreSymlinkAttack(t *testing.T) {
+	for _, k := range runtimeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			st, image := snapStack(t, k, nodes.Config{})
+			ctx := testenv.Context(t, 5*time.Minute)
+			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image})
+			if err != nil {
+				t.Fatal(err)
+			}
+			host := t.TempDir()
+			if err := os.Chmod(host, 0o777); err != nil { // writable by the sandbox's user, were it to reach it
+				t.Fatal(err)
+			}
+			shell(t, st, s.SessionID, `mkdir -p d/sub e && i=0 && while [ $i -lt 30 ]; do echo $i > d/f$i; echo $i > d/sub/g$i; echo $i > e/h$i; i=$((i+1)); done`)
+			want := tree(t, st, s.SessionID)
+			snap, err := st.Client.Persist(ctx, s.SessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var attacker int64
+			if k.name == "docker" {
+				attack := fmt.Sprintf(`h=$(dirname "$PWD")/.paddock; n=0
+while :; do for s in "$h"/staging-*; do for e in d d/sub e; do
+  if [ -d "$s/$e" ] && [ ! -L "$s/$e" ]; then n=$((n+1)); mv "$s/$e" "$s/moved$n" 2>/dev/null && ln -s %q "$s/$e" 2>/dev/null; fi
+done; done; done`, host)
+				proc, err := st.Client.ProcStart(ctx, s.SessionID, commands.ProcStartArgs{Shell: attack})
+				if err != nil {
+					t.Fatal(err)
+				}
+				attacker = proc.ProcessID
+			}
+			ok := 0
+			for i := range 4 {
+				shell(t, st, s.SessionID, fmt.Sprintf(`rm -rf d e && ln -s %q d && ln -s ../../../../../../../../../..%s e`, host, host))
+				_, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snap.ID})
+				if names, _ := os.ReadDir(host); len(names) != 0 {
+					t.Fatalf("hydrate %d wrote %v in the host directory", i, names)
+				}
+				if err != nil {
+					t.Logf("hydrate %d failed (the attack broke it): %v", i, err)
+					continue
+				}
+				ok++
+				// Under the Docker attacker a hydrate that succeeds may
+				// hold what it moved in the staging directory after the
+				// node wrote it (its own workspace, as if it had changed
+				// it afterwards); without one it must be exact.
+				if got := tree(t, st, s.SessionID); got != want && attacker == 0 {
+					t.Fatalf("workspace after hydrate %d: %s", i, testenv.FirstDiff(got, want))
+				}
+			}
+			if k.name == "local" && ok != 4 {
+				t.Fatalf("%d of 4 hydrates restored; symlinks in the workspace must not stop one", ok)
+			}
+			if attacker != 0 {
+				// Once the attacker stops, a hydrate restores exactly.
+				if err := st.Client.ProcSignal(ctx, s.SessionID, commands.ProcSignalArgs{ProcessID: attacker, Signal: "KILL"}); err != nil {
+					t.Fatal(err)
+				}
+				testenv.Eventually(t, time.Minute, func() error {
+					if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snap.ID}); err != nil {
+						return err
+					}
+					if got := tree(t, st, s.SessionID); got != want {
+						return fmt.Errorf("workspace after the attack: %s", testenv.FirstDiff(got, want))
+					}
+					return nil
+				})
+				if names, _ := os.ReadDir(host); len(names) != 0 {
+					t.Fatalf("the host directory was written: %v", names)
+				}
+			}
+			if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

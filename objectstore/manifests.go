@@ -3,6 +3,8 @@ package objectstore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"strconv"
@@ -68,8 +70,10 @@ func (s *Store) PutManifest(ctx context.Context, tenant, session, id string, seq
 	if err != nil {
 		return Snapshot{}, err
 	}
-	root := m.Root()
-	stored := enc.EncodeAll(m.Encode(), nil)
+	raw := m.Encode() // once: the root is its digest
+	sum := sha256.Sum256(raw)
+	root := hex.EncodeToString(sum[:])
+	stored := enc.EncodeAll(raw, nil)
 	_, entries, logical := m.Stats()
 	snap := Snapshot{ID: id, Name: name, SHA256: root, RootSHA256: root, Members: entries, Bytes: logical, Format: snapshot.Format, Seq: seq}
 	res, err := s.putObject(ctx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(stored), func(storedHex string) map[string]string {

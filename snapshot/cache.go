@@ -163,6 +163,22 @@ func (c *Cache) Put(tenant, digest string, data []byte) error {
 	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != digest {
 		return errcode.New(errcode.Internal, "corrupt chunk %s: its content has another digest", digest)
 	}
+	return c.put(p, tenant, digest, data)
+}
+
+// PutVerified is Put of data the caller has already checked against
+// digest (the object store's GetChunk does): it is not hashed again. The
+// cache's Get still checks every read.
+func (c *Cache) PutVerified(tenant, digest string, data []byte) error {
+	p, err := c.name(tenant, digest)
+	if err != nil {
+		return err
+	}
+	return c.put(p, tenant, digest, data)
+}
+
+// put stores data, checked, as the chunk file p.
+func (c *Cache) put(p, tenant, digest string, data []byte) error {
 	if c.maxBytes <= 0 || int64(len(data)) > c.maxBytes {
 		return nil
 	}

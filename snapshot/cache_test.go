@@ -219,3 +219,30 @@ func TestCacheDisabled(t *testing.T) {
 		t.Fatalf("a disabled cache still checks names: got %v", err)
 	}
 }
+
+// TestCachePutVerified: PutVerified stores without hashing, so bytes that
+// are not the digest's (a caller's bug) are still never served: Get
+// checks, drops the file and misses. Bad names are refused as by Put.
+func TestCachePutVerified(t *testing.T) {
+	c, err := OpenCache(t.TempDir(), 10_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, data := chunk(1)
+	if err := c.PutVerified("acme", d, data); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := c.Get("acme", d); !ok || !bytes.Equal(got, data) {
+		t.Fatal("Get after PutVerified missed")
+	}
+	d2, _ := chunk(2)
+	if err := c.PutVerified("acme", d2, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Get("acme", d2); ok {
+		t.Fatal("bytes put under another digest were served")
+	}
+	if err := c.PutVerified("a/b", d, data); errcode.Of(err) != errcode.InvalidRequest {
+		t.Fatalf("bad tenant: %v", err)
+	}
+}

@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -96,14 +96,106 @@ func (m *Manifest) Encode() []byte {
 		c.Entries = slices.Clone(c.Entries)
 		slices.SortStableFunc(c.Entries, cmpEntry)
 	}
-	if c.Entries == nil {
-		c.Entries = []Entry{}
+	return appendManifest(make([]byte, 0, 160*len(c.Entries)+32), c.Entries)
+}
+
+// appendManifest appends the encoding/json encoding of a Manifest of
+// version Version with entries (nil as []) to b, byte for byte what
+// json.Marshal writes (TestEncodeIsEncodingJSON and FuzzEncode check it
+// against json.Marshal), two to three times faster: a persist encodes a
+// manifest of every workspace entry for its root and to store it.
+func appendManifest(b []byte, entries []Entry) []byte {
+	b = append(b, `{"version":`...)
+	b = strconv.AppendInt(b, Version, 10)
+	b = append(b, `,"entries":[`...)
+	for i := range entries {
+		e := &entries[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"path":`...)
+		b = appendJSONString(b, e.Path)
+		b = append(b, `,"kind":`...)
+		b = appendJSONString(b, string(e.Kind))
+		b = append(b, `,"mode":`...)
+		b = strconv.AppendUint(b, uint64(e.Mode), 10)
+		if e.Size != 0 {
+			b = append(b, `,"size":`...)
+			b = strconv.AppendInt(b, e.Size, 10)
+		}
+		if e.Target != "" {
+			b = append(b, `,"target":`...)
+			b = appendJSONString(b, e.Target)
+		}
+		if len(e.Chunks) > 0 {
+			b = append(b, `,"chunks":[`...)
+			for j, d := range e.Chunks {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = appendJSONString(b, d)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
 	}
-	b, err := json.Marshal(&c)
-	if err != nil { // strings, integers and slices of them always encode
-		panic(fmt.Sprintf("snapshot: encode manifest: %v", err))
+	return append(b, "]}"...)
+}
+
+// appendJSONString appends s as encoding/json quotes a string (HTML
+// escaping on, as json.Marshal has it): ", \, \b, \f, \n, \r and \t
+// by their short escapes, other control bytes and <, > and & as \u00XX,
+// U+2028 and U+2029 as \u2028 and \u2029, invalid UTF-8 as \ufffd.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
 	}
-	return b
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // Root returns the manifest's root digest: the hex sha256 of Encode().

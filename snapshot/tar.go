@@ -224,15 +224,7 @@ func WriteTar(ctx context.Context, w io.Writer, m *Manifest,
 	mtime := time.Now().Truncate(time.Second)
 	for i := range m.Entries {
 		e := &m.Entries[i]
-		h := &tar.Header{Name: e.Path, Mode: int64(e.Mode), ModTime: mtime, Format: tar.FormatPAX}
-		switch e.Kind {
-		case KindDir:
-			h.Typeflag, h.Name = tar.TypeDir, e.Path+"/"
-		case KindSymlink:
-			h.Typeflag, h.Linkname = tar.TypeSymlink, e.Target
-		case KindFile:
-			h.Typeflag, h.Size = tar.TypeReg, e.Size
-		}
+		h := headerOf(e, mtime)
 		if err := tw.WriteHeader(h); err != nil {
 			return st, fmt.Errorf("write archive: %w", err)
 		}
@@ -252,4 +244,18 @@ func WriteTar(ctx context.Context, w io.Writer, m *Manifest,
 		return st, fmt.Errorf("write archive: %w", err)
 	}
 	return st, nil
+}
+
+// headerOf returns the tar header WriteTar writes for e, dated mtime.
+func headerOf(e *Entry, mtime time.Time) *tar.Header {
+	h := &tar.Header{Name: e.Path, Mode: int64(e.Mode), ModTime: mtime, Format: tar.FormatPAX}
+	switch e.Kind {
+	case KindDir:
+		h.Typeflag, h.Name = tar.TypeDir, e.Path+"/"
+	case KindSymlink:
+		h.Typeflag, h.Linkname = tar.TypeSymlink, e.Target
+	case KindFile:
+		h.Typeflag, h.Size = tar.TypeReg, e.Size
+	}
+	return h
 }

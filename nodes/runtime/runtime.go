@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"os"
 	"time"
 
 	"github.com/paddock-dev/paddock/archive"
@@ -77,6 +78,32 @@ type DiskLimiter interface {
 // reachable now (shut down, a disk not mounted): the caller exports it.
 type HostWorkspace interface {
 	HostWorkspaceDir() (dir string, ok bool)
+}
+
+// HostStager is a sandbox that can stage a new workspace as an empty
+// directory of the node's own host, for the node to write (a restore of a
+// manifest snapshot writes it there file by file instead of building a
+// tar for StageWorkspace): the local runtime; a Docker sandbox on a
+// mounted loopfs disk. ok is false (and the caller stages a tar) when the
+// workspace is not on the host now.
+type HostStager interface {
+	StageHost(ctx context.Context) (stage HostStage, ok bool, err error)
+}
+
+// HostStage is a staging directory beside the workspace, on its file
+// system. The sandbox may reach it (a Docker sandbox's user owns it):
+// write through Root only, which never leaves it. Commit swaps what it
+// holds in place of the workspace's contents, all or nothing, as a
+// StageWorkspace commit does; Abort removes it. Either may be called
+// once, and only one of them.
+type HostStage struct {
+	Root *os.Root
+	// Chown: what is written must belong to UID and GID (the sandbox's
+	// user), as the runtime's own extraction would make it.
+	Chown    bool
+	UID, GID int
+	Commit   func() error
+	Abort    func()
 }
 
 // Sandbox is one running (or stopped) sandbox. Its methods are safe for

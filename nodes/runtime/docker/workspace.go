@@ -470,3 +470,73 @@ func (s *Sandbox) HostWorkspaceDir() (string, bool) {
 	}
 	return filepath.Join(s.disk.mnt(), diskWorkspace), true
 }
+
+var _ runtime.HostStager = (*Sandbox)(nil)
+
+// StageHost makes an empty staging directory in the holder of the node's
+// own mount of the sandbox's loopfs disk, owned by the sandbox's user as
+// StageWorkspace's extraction makes it, for the node to write; its commit
+// swaps the entries in on the host (swapIn) and its abort removes it. ok is
+// false when HostWorkspaceDir's is (no loopfs disk, or not mounted): the
+// caller stages a tar. The sandbox can reach the holder while the node
+// writes: HostStage.Root confines every write to the staging directory.
+func (s *Sandbox) StageHost(ctx context.Context) (runtime.HostStage, bool, error) {
+	if _, ok := s.HostWorkspaceDir(); !ok {
+		return runtime.HostStage{}, false, nil
+	}
+	o, err := s.owner(ctx)
+	if err != nil {
+		return runtime.HostStage{}, false, err
+	}
+	fail := func(err error) (runtime.HostStage, bool, error) {
+		return runtime.HostStage{}, false, errcode.Wrap(errcode.RuntimeError, err, "hydrate: staging directory")
+	}
+	holder, err := os.OpenRoot(filepath.Join(s.disk.mnt(), diskHolder))
+	if err != nil {
+		return fail(err)
+	}
+	defer holder.Close()
+	name := stagingPrefix + rand.Text()
+	if err := holder.Mkdir(name, 0o755); err != nil {
+		return fail(err)
+	}
+	root, err := holder.OpenRoot(name)
+	if err == nil {
+		// Through the opened directory: the name may be another by now.
+		err = chownFile(root, o.uid, o.gid)
+	}
+	if err != nil {
+		if root != nil {
+			root.Close()
+		}
+		s.discard(ctx, name)
+		return fail(err)
+	}
+	var used atomic.Bool
+	return runtime.HostStage{
+		Root: root, Chown: true, UID: o.uid, GID: o.gid,
+		Commit: func() error {
+			if used.Swap(true) {
+				return errcode.New(errcode.Internal, "hydrate: the staged workspace was already committed or aborted")
+			}
+			root.Close()
+			return s.swapIn(ctx, name)
+		},
+		Abort: func() {
+			if !used.Swap(true) {
+				root.Close()
+				s.discard(ctx, name)
+			}
+		},
+	}, true, nil
+}
+
+// chownFile gives the directory of root to uid and gid.
+func chownFile(root *os.Root, uid, gid int) error {
+	d, err := root.Open(".")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Chown(uid, gid)
+}

@@ -42,46 +42,69 @@ func (s *Sandbox) ImportWorkspace(ctx context.Context, r io.Reader, lim archive.
 // The replaced workspace is removed in the background (directories without
 // write permission made writable first); Shutdown waits.
 func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.Limits) (archive.Stats, func() error, func(), error) {
-	if _, err := s.fsRoot(); err != nil {
+	stg, err := s.stage()
+	if err != nil {
 		return archive.Stats{}, nil, nil, err
+	}
+	st, err := archive.Extract(stg.Root, r, lim)
+	if err != nil {
+		stg.Abort()
+		return st, nil, nil, err
+	}
+	return st, stg.Commit, stg.Abort, nil
+}
+
+var _ runtime.HostStager = (*Sandbox)(nil)
+
+// StageHost makes an empty staging directory beside the workspace for the
+// node to write; its commit and abort are StageWorkspace's. ok is always
+// true (an error once the sandbox is shut down).
+func (s *Sandbox) StageHost(ctx context.Context) (runtime.HostStage, bool, error) {
+	stg, err := s.stage()
+	return stg, err == nil, err
+}
+
+// stage makes a staging directory beside the workspace, opened as an
+// os.Root, with the commit that swaps it in place of the workspace (the
+// old one is removed in the background; Shutdown waits) and the abort
+// that removes it. Commit's and Abort's Root is closed by them.
+func (s *Sandbox) stage() (runtime.HostStage, error) {
+	if _, err := s.fsRoot(); err != nil {
+		return runtime.HostStage{}, err
 	}
 	staging := filepath.Join(s.sessionDir, ".staging-"+rand.Text())
 	if err := os.Mkdir(staging, 0o755); err != nil {
-		return archive.Stats{}, nil, nil, errcode.Wrap(errcode.RuntimeError, err, "staging directory")
+		return runtime.HostStage{}, errcode.Wrap(errcode.RuntimeError, err, "staging directory")
 	}
-	abort := func() { _ = removeTree(staging) }
+	remove := func() { _ = removeTree(staging) }
 	root, err := os.OpenRoot(staging)
 	if err != nil {
-		abort()
-		return archive.Stats{}, nil, nil, errcode.Wrap(errcode.RuntimeError, err, "staging directory")
+		remove()
+		return runtime.HostStage{}, errcode.Wrap(errcode.RuntimeError, err, "staging directory")
 	}
-	st, err := archive.Extract(root, r, lim)
-	root.Close()
-	if err != nil {
-		abort()
-		return st, nil, nil, err
-	}
+	abort := func() { root.Close(); remove() }
 	var used atomic.Bool // commit or abort, once
 	commit := func() error {
 		if used.Swap(true) {
 			return errcode.New(errcode.Internal, "hydrate: the staged workspace was already committed or aborted")
 		}
+		root.Close()
 		s.mu.Lock()
 		if s.state == stateShutDown {
 			s.mu.Unlock()
-			abort()
+			remove()
 			return errcode.New(errcode.InvalidState, "sandbox is shut down")
 		}
 		old := filepath.Join(s.sessionDir, ".old-"+rand.Text())
 		if err := os.Rename(s.dir, old); err != nil {
 			s.mu.Unlock()
-			abort()
+			remove()
 			return errcode.Wrap(errcode.RuntimeError, err, "swap workspace")
 		}
 		if err := os.Rename(staging, s.dir); err != nil {
 			_ = os.Rename(old, s.dir) // put the old one back
 			s.mu.Unlock()
-			abort()
+			remove()
 			return errcode.Wrap(errcode.RuntimeError, err, "swap workspace")
 		}
 		newRoot, err := os.OpenRoot(s.dir)
@@ -102,11 +125,11 @@ func (s *Sandbox) StageWorkspace(ctx context.Context, r io.Reader, lim archive.L
 		}()
 		return nil
 	}
-	return st, commit, func() {
+	return runtime.HostStage{Root: root, Commit: commit, Abort: func() {
 		if !used.Swap(true) {
 			abort()
 		}
-	}, nil
+	}}, nil
 }
 
 var _ runtime.HostWorkspace = (*Sandbox)(nil)
