@@ -68,8 +68,20 @@ func (r *Runtime) gvisorOptions(spec runtime.Spec, c *created) error {
 	}
 	c.host.Runtime = r.cfg.GVisor
 	c.config.Labels[LabelRuntime] = NameGVisor
+	if c.host.PidsLimit != nil {
+		pids := GVisorPids(*c.host.PidsLimit)
+		c.host.PidsLimit = &pids
+	}
 	return nil
 }
+
+// GVisorPids is the host pids limit that gives a gvisor sandbox room for
+// pids processes of its own. Under runsc's ptrace platform every task of
+// the sandbox is backed by host threads (the Sentry's and a stub's), and
+// the Sentry and the gofer have threads of their own: 150 processes under
+// a host limit of 512 stopped the whole sandbox. The limit still bounds a
+// fork bomb, at a multiple; the memory limit bounds it too.
+func GVisorPids(pids int64) int64 { return 4*pids + 128 }
 
 // errGVisorPorts refuses what needs the sandbox's network namespace, which
 // gVisor's own network stack does not use.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -90,7 +91,7 @@ func TestGVisorHardening(t *testing.T) {
 	check("CapDrop ALL", slices.Contains(h.CapDrop, "ALL") && len(h.CapAdd) == 0, h.CapDrop)
 	check("no-new-privileges", slices.Contains(h.SecurityOpt, "no-new-privileges:true"), h.SecurityOpt)
 	check("not privileged", !h.Privileged, h.Privileged)
-	check("pids limit", h.PidsLimit != nil && *h.PidsLimit == docker.DefaultPidsLimit, h.PidsLimit)
+	check("pids limit", h.PidsLimit != nil && *h.PidsLimit == docker.GVisorPids(docker.DefaultPidsLimit), h.PidsLimit)
 	check("memory", h.Memory == docker.DefaultMemoryBytes && h.MemorySwap == h.Memory, h.Memory)
 	check("network none", h.NetworkMode == "none", h.NetworkMode)
 	check("non-root user", c.Config.User == docker.DefaultUser, c.Config.User)
@@ -128,6 +129,30 @@ func TestGVisorHardening(t *testing.T) {
 	// a file's owner or to load a module.
 	if code, out := run(t, sb, "0", "mount -t tmpfs none /mnt 2>&1; chown 0 /workspace 2>&1"); code == 0 {
 		t.Errorf("mount/chown as capability-less root succeeded: %q", out)
+	}
+}
+
+// TestGVisorManyProcesses: a sandbox with the default limits runs 150
+// processes at once (under a host pids limit of the default, 512, gVisor's
+// own threads used it up and the whole sandbox stopped). A fork bomb past
+// the limit stops its own sandbox at the bound (runsc cannot make more
+// threads) and nothing else: the exec ends, another sandbox of the node
+// runs on.
+func TestGVisorManyProcesses(t *testing.T) {
+	rt := gvisorRuntime(t)
+	image := testenv.SandboxBaseImage(t)
+	sb := create(t, rt, spec(rt, image))
+	other := create(t, rt, spec(rt, image))
+	if got := sh(t, sb, "n=0; while [ $n -lt 150 ]; do sleep 30 & n=$((n+1)); done; echo $n; kill $(jobs -p); wait 2>/dev/null; true"); got != "150\n" {
+		t.Errorf("150 background processes: got %q", got)
+	}
+	res, err := sb.Exec(t.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", "n=0; while [ $n -lt 5000 ]; do sleep 60 & n=$((n+1)); done 2>/dev/null; echo $n"}, Timeout: 2 * time.Minute})
+	t.Logf("5000 processes: %q, %v", res.Stdout, err)
+	if err == nil && strings.TrimSpace(string(res.Stdout)) == "5000" {
+		t.Errorf("5000 processes all started under a pids limit of %d", docker.GVisorPids(docker.DefaultPidsLimit))
+	}
+	if got := sh(t, other, "echo alive"); got != "alive\n" {
+		t.Errorf("the other sandbox after the bomb: %q", got)
 	}
 }
 
