@@ -16,7 +16,7 @@ func TestOpenGVisor(t *testing.T) {
 	testenv.SandboxBaseImage(t)
 	logger := slog.New(slog.DiscardHandler)
 	o := Options{Mode: "gvisor", Node: "gvisor-open-test", LocalDir: t.TempDir(),
-		Docker: DockerFlags{Supervisor: "off", GVisorRuntime: testenv.GVisorRuntime(t), DiskDir: t.TempDir()}}
+		Docker: DockerFlags{Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDir(t), GVisorRuntime: testenv.GVisorRuntime(t), DiskDir: t.TempDir()}}
 	rts, closeAll, err := Open(t.Context(), o, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +33,12 @@ func TestOpenGVisor(t *testing.T) {
 		t.Errorf("--runtime gvisor without runsc registered: %v; want an error saying how to register it", err)
 	}
 
-	o.Mode, o.Docker.GVisorRuntime = "auto", testenv.GVisorRuntime(t)
+	o.Docker.GVisorRuntime, o.Docker.Supervisor = testenv.GVisorRuntime(t), "off"
+	if _, _, err := Open(t.Context(), o, logger); err == nil || !strings.Contains(err.Error(), "supervisor") {
+		t.Errorf("--runtime gvisor --supervisor off: %v; want an error naming the supervisor", err)
+	}
+
+	o.Mode = "auto"
 	rts, closeAll, err = Open(t.Context(), o, logger)
 	if err != nil {
 		t.Fatal(err)

@@ -108,6 +108,9 @@ func (c Config) Validate() error {
 	if c.Supervisor != "" && (!filepath.IsAbs(c.Supervisor) || !filepath.IsAbs(c.SupervisorDir)) {
 		return errors.New("docker: the supervisor binary and its socket directory must be absolute paths")
 	}
+	if c.GVisor != "" && c.Supervisor == "" {
+		return errGVisorSupervisor
+	}
 	if c.DiskDir != "" && !filepath.IsAbs(c.DiskDir) {
 		return errors.New("docker: the disk directory must be an absolute path")
 	}

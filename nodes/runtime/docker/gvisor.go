@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -82,6 +83,12 @@ func (r *Runtime) gvisorOptions(spec runtime.Spec, c *created) error {
 // a host limit of 512 stopped the whole sandbox. The limit still bounds a
 // fork bomb, at a multiple; the memory limit bounds it too.
 func GVisorPids(pids int64) int64 { return 4*pids + 128 }
+
+// errGVisorSupervisor refuses a gvisor runtime without the supervisor:
+// under runsc, an exec through the Docker API does not end when its
+// container stops (the contract's StopKillsCommands), so exec, processes
+// and file operations must go through the supervisor.
+var errGVisorSupervisor = errors.New("docker: the gvisor runtime needs the in-sandbox supervisor (under runsc a Docker API exec outlives its container's stop); do not turn --supervisor off")
 
 // errGVisorPorts refuses what needs the sandbox's network namespace, which
 // gVisor's own network stack does not use.

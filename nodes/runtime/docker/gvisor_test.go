@@ -34,6 +34,15 @@ func TestGVisorContract(t *testing.T) {
 	}, runtimetest.Options{Image: image})
 }
 
+// TestGVisorNeedsSupervisor: a gvisor runtime without the supervisor is
+// refused (under runsc a Docker API exec outlives its container's stop,
+// which the contract's StopKillsCommands showed).
+func TestGVisorNeedsSupervisor(t *testing.T) {
+	if _, err := docker.New(docker.Config{Client: testenv.DockerClient(t), GVisor: docker.GVisorOCIRuntime}); err == nil || !strings.Contains(err.Error(), "supervisor") {
+		t.Errorf("New(gvisor without the supervisor) = %v; want an error naming the supervisor", err)
+	}
+}
+
 // gvisorNoTTY are the process tests that need a terminal, which the
 // gvisor runtime refuses (see TestGVisorProcesses).
 var gvisorNoTTY = []string{"TTY", "Resize", "EnvAndCwd", "Signal", "InterruptKey", "NotRunnable"}
@@ -194,14 +203,14 @@ func TestGVisorCheck(t *testing.T) {
 	if err := newRuntime(t).CheckGVisor(t.Context(), image); err != nil {
 		t.Errorf("CheckGVisor of the docker runtime: %v; want a no-op", err)
 	}
-	bad := newRuntimeWith(t, docker.Config{GVisor: "no-such-runtime"})
+	bad := newRuntimeWith(t, docker.Config{GVisor: "no-such-runtime", Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDir(t)})
 	err := bad.CheckGVisor(t.Context(), image)
 	var p *docker.GVisorProblem
 	if !errors.As(err, &p) || !strings.Contains(err.Error(), "register-gvisor") || !strings.Contains(err.Error(), `"runtimeArgs"`) || !strings.Contains(err.Error(), "SIGHUP") {
 		t.Errorf("CheckGVisor of a missing runtime = %v; want a GVisorProblem saying how to register it", err)
 	}
 	// runc is there but is not gVisor: the probe sees the host's kernel.
-	runc := newRuntimeWith(t, docker.Config{GVisor: "runc"})
+	runc := newRuntimeWith(t, docker.Config{GVisor: "runc", Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDir(t)})
 	if err := runc.CheckGVisor(t.Context(), image); !errors.As(err, &p) || !strings.Contains(err.Error(), "kernel") {
 		t.Errorf("CheckGVisor under runc = %v; want a GVisorProblem about the kernel", err)
 	}
