@@ -34,9 +34,10 @@ type CreateArgs struct {
 	// A session id is never reused: creating an existing or deleted id fails
 	// with already_exists.
 	SessionID string `json:"session_id,omitempty"`
-	// Runtime is "local", "docker" or empty for any runtime a node offers.
+	// Runtime is "local", "docker", "gvisor" (Docker under gVisor's runsc)
+	// or empty for any runtime a node offers.
 	Runtime string `json:"runtime,omitempty"`
-	// Image is the container image (docker runtime only).
+	// Image is the container image (docker and gvisor runtimes only).
 	Image string `json:"image,omitempty"`
 	// Env is given to every process of the session and recorded in events.
 	Env map[string]string `json:"env,omitempty"`
@@ -127,9 +128,9 @@ func (a *CreateArgs) Validate() error {
 		}
 	}
 	switch a.Runtime {
-	case "", "local", "docker":
+	case "", "local", "docker", "gvisor":
 	default:
-		return errcode.New(errcode.InvalidRequest, "runtime %q is not one of local, docker", a.Runtime)
+		return errcode.New(errcode.InvalidRequest, "runtime %q is not one of local, docker, gvisor", a.Runtime)
 	}
 	if len(a.Env)+len(a.SecretEnv) > MaxEnvVars {
 		return errcode.New(errcode.InvalidRequest, "more than %d environment variables", MaxEnvVars)

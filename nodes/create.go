@@ -113,7 +113,7 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 	if !ok {
 		return commands.ErrorReply(errcode.New(errcode.NoCapacity, "node %s has no %s runtime", a.cfg.ID, rtName))
 	}
-	if rtName == "docker" && spec.Image == "" {
+	if isContainerRuntime(rtName) && spec.Image == "" {
 		spec.Image = commands.DefaultImage // recorded as the image the session runs
 	}
 	cs := createRecord(spec, rtName)
@@ -146,6 +146,9 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 			return outcome{}, err
 		}
 		if err := checkEgress(rt, commands.EffectiveEgress(spec.Network, spec.Egress)); err != nil {
+			return outcome{}, err
+		}
+		if err := checkPorts(rt, spec.ExposedPorts); err != nil {
 			return outcome{}, err
 		}
 		sb, err := rt.Create(ctx, s.spec)

@@ -103,7 +103,7 @@ func (p Policy) checkCreate(spec commands.CreateArgs, rt string) error {
 	if ask := time.Duration(spec.IdleTimeoutS) * time.Second; p.MaxIdleTimeout > 0 && ask > p.MaxIdleTimeout {
 		return deny("an idle timeout of %s is over this node's maximum of %s", ask, p.MaxIdleTimeout)
 	}
-	if rt == "docker" && !p.imageAllowed(spec.Image) {
+	if isContainerRuntime(rt) && !p.imageAllowed(spec.Image) {
 		return deny("image %s is not allowed on this node", spec.Image)
 	}
 	if eg := commands.EffectiveEgress(spec.Network, spec.Egress); eg.Mode == egress.ModeOpen && !p.AllowNetwork {

@@ -112,6 +112,24 @@ func (a *Agent) forward(s *session, port int) (*portForward, error) {
 	return fw, nil
 }
 
+// portForwarder is a runtime that says whether the node can reach its
+// sandboxes' ports (the gvisor runtime cannot).
+type portForwarder interface {
+	ForwardsPorts() bool
+}
+
+// checkPorts refuses exposed ports runtime rt cannot forward.
+func checkPorts(rt runtime.Runtime, ports []int) error {
+	if f, ok := rt.(portForwarder); ok && len(ports) > 0 && !f.ForwardsPorts() {
+		return errcode.New(errcode.PolicyDenied, "the %s runtime cannot forward exposed ports; use the docker runtime", rt.Name())
+	}
+	return nil
+}
+
+// isContainerRuntime reports whether runtime name runs images (docker,
+// and gvisor: Docker under gVisor's runsc).
+func isContainerRuntime(name string) bool { return name == "docker" || name == "gvisor" }
+
 // serve accepts connections until the listener closes, forwarding each to
 // the sandbox's port while current says the sandbox still runs.
 func (fw *portForward) serve(ctx context.Context, d portDialer, current func() bool) {

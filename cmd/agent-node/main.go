@@ -2,15 +2,18 @@
 // the deployment's NATS, registers, and executes the commands of the
 // sessions placed on it against the host's runtime.
 //
-//	agent-node --nats-url nats://engine-host:4222 --creds node.creds [--id NAME] [--runtime auto|docker|local]
+//	agent-node --nats-url nats://engine-host:4222 --creds node.creds [--id NAME] [--runtime auto|docker|gvisor|local]
 //
 // --creds are the node's own credentials (engine auth add node NAME): they
 // authenticate it and their key signs every event it appends.
 //
 // --runtime auto (the default) uses Docker when its daemon answers, else the
-// local runtime. On start the agent reattaches the Docker sandboxes of its
-// sessions (the id must be the same as before the restart) and reaps
-// labelled containers no session owns after --reap-grace.
+// local runtime. It never picks gvisor (Docker with gVisor's runsc), which
+// must be named, and which fails the start when Docker does not run a
+// probe container under runsc (engine runtime register-gvisor registers
+// it). On start the agent reattaches the Docker sandboxes of its sessions
+// (the id must be the same as before the restart) and reaps labelled
+// containers no session owns after --reap-grace.
 //
 // SIGTERM or SIGINT drains it: it stops taking commands and waits up to
 // --drain-timeout for in-flight ones before it exits.

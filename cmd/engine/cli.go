@@ -135,6 +135,9 @@ func leaves() []leaf {
 		{"gc", "", "one retention sweep of the workspace bucket", with(gcCmd)},
 		{"image build-base", "", "build the sandbox base image (needs busybox-static)", image("build-base")},
 		{"image build-python", "", "build the sandbox image with Python and git", image("build-python")},
+		{"runtime register-gvisor", "", "register gVisor's runsc with the local Docker daemon (as root)", func(ctx context.Context, _ globals, args []string, s streams) error {
+			return registerGVisorCmd(ctx, args, s.out, s.err)
+		}},
 		{"auth add", "ROLE NAME", "add an identity; prints its credentials file", auth("add")},
 		{"auth ls", "", "the identities", auth("ls")},
 		{"auth creds", "NAME", "print an identity's credentials (--format paddock|nkey|json)", auth("creds")},

@@ -90,6 +90,7 @@ Usage:
   engine image build-base [--tag T]            build the sandbox base image (needs busybox-static)
   engine image build-python [--tag T] [--suite S] [--mirror URL] [--cache-dir D] [--rootfs DIR]
                                                build the sandbox image with Python and git (debootstrap)
+  engine runtime register-gvisor [--daemon-json F]  register gVisor's runsc with Docker (agent-node --runtime gvisor)
   engine auth add|ls|creds|rm|server-config|node-keys  identities and credentials (engine auth -h)
   engine cluster config --out DIR [--servers 3] [--host H] [--client-port 4222] [--route-port 6222]
                         [--tls] [--insecure]   a nats-server config per server of a cluster, with route

@@ -96,7 +96,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	fs.BoolVar(jsonOut, "json", false, "print the result as JSON (exec --stream: JSON lines)")
 	switch sub {
 	case "create":
-		fs.StringVar(&runtime, "runtime", "", "runtime: local or docker (default: the node's preferred)")
+		fs.StringVar(&runtime, "runtime", "", "runtime: local, docker or gvisor (default: the node's preferred)")
 		fs.StringVar(&image, "image", "", "container image (docker runtime)")
 		fs.Var(env, "env", "environment variable K=V (repeatable)")
 		fs.Var(secretEnv, "secret-env", "secret environment variable K=V, never recorded (repeatable)")

@@ -14,7 +14,7 @@ import (
 // Runtime creates sandboxes of one kind.
 type Runtime interface {
 	// Name is the runtime's name as create specs and node records give it
-	// ("local", "docker").
+	// ("local", "docker", "gvisor").
 	Name() string
 	// Create provisions and starts a sandbox for spec. On error nothing the
 	// call made is left behind.

@@ -4,6 +4,10 @@
 //	auto    Docker when this host has it; local only on a host without
 //	        Docker and a deployment on loopback
 //	docker  Docker; an error when its daemon does not answer
+//	gvisor  Docker with gVisor's runsc as the OCI runtime (a user-space
+//	        kernel between sandboxes and the host's); an error when the
+//	        daemon does not list runsc or a probe container does not run
+//	        under it. auto never picks it: the operator names it.
 //	local   the local process runtime (no security boundary)
 //
 // auto fails closed. It never offers local beside Docker: on a host with
@@ -38,11 +42,11 @@ import (
 )
 
 // Modes lists the values of the --runtime flag.
-const Modes = "auto, docker or local"
+const Modes = "auto, docker, gvisor or local"
 
 // Options selects and configures the runtimes.
 type Options struct {
-	// Mode is auto, docker or local.
+	// Mode is auto, docker, gvisor or local.
 	Mode string
 	// Node is the node's id; Docker labels its containers with it.
 	Node string
@@ -80,7 +84,7 @@ func dockerPresent() bool {
 // Check validates the mode without opening anything.
 func Check(mode string) error {
 	switch mode {
-	case "auto", "docker", "local":
+	case "auto", "docker", "gvisor", "local":
 		return nil
 	}
 	return fmt.Errorf("--runtime %q is not one of %s", mode, Modes)
@@ -102,12 +106,15 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 		opts.DockerPresent = dockerPresent
 	}
 	switch opts.Mode {
-	case "docker":
+	case "docker", "gvisor":
 		rt, err := openDocker(ctx, opts, logger)
 		if err != nil {
 			return nil, nil, err
 		}
 		ensureBaseImage(ctx, logger)
+		if err := checkGVisor(ctx, rt, logger); err != nil {
+			return nil, nil, errors.Join(err, rt.Close())
+		}
 		diskReport(ctx, rt, opts, logger)
 		if err := startPools(ctx, rt, opts, logger); err != nil {
 			return nil, nil, errors.Join(err, rt.Close())
@@ -137,6 +144,21 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 		return nil, nil, err
 	}
 	return []runtime.Runtime{rt}, func() error { return nil }, nil
+}
+
+// checkGVisor checks, for the gvisor runtime, that Docker runs a probe
+// container of the base image under runsc; its error says what to do.
+func checkGVisor(ctx context.Context, rt *docker.Runtime, logger *slog.Logger) error {
+	if rt.Name() != docker.NameGVisor {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := rt.CheckGVisor(cctx, images.Base); err != nil {
+		return err
+	}
+	logger.Info("gvisor: Docker runs sandboxes under runsc", "kernel", docker.GVisorKernel)
+	return nil
 }
 
 // ensureBaseImage builds the sandbox base image when it is missing, so
@@ -266,8 +288,15 @@ func openDocker(ctx context.Context, opts Options, logger *slog.Logger) (*docker
 	if err != nil {
 		return nil, err
 	}
+	gvisor := ""
+	if opts.Mode == "gvisor" {
+		gvisor = opts.Docker.GVisorRuntime
+		if gvisor == "" {
+			gvisor = docker.GVisorOCIRuntime
+		}
+	}
 	rt, err := docker.New(docker.Config{Node: opts.Node, Supervisor: opts.Docker.bin, SupervisorDir: opts.Docker.dir,
-		DefaultDiskBytes: opts.Docker.DefaultDiskBytes, DiskDir: diskDir})
+		DefaultDiskBytes: opts.Docker.DefaultDiskBytes, DiskDir: diskDir, GVisor: gvisor})
 	if err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}

@@ -43,6 +43,9 @@ type DockerFlags struct {
 	// DiskDir holds the sandboxes' loopfs disk images (--disk-dir;
 	// default under the user's cache directory, per node).
 	DiskDir string
+	// GVisorRuntime is the name Docker knows runsc under, for --runtime
+	// gvisor (--gvisor-runtime, default runsc).
+	GVisorRuntime string
 
 	// bin and dir are what supervisorConfig resolved, once resolved.
 	bin, dir string
@@ -76,6 +79,7 @@ func RegisterDockerFlags(fs *flag.FlagSet) *DockerFlags {
 		f.DefaultDiskBytes = n
 		return nil
 	})
+	fs.StringVar(&f.GVisorRuntime, "gvisor-runtime", docker.GVisorOCIRuntime, "the name Docker knows gVisor's runsc under, for --runtime gvisor (engine runtime register-gvisor registers it)")
 	fs.StringVar(&f.DiskDir, "disk-dir", "", "directory of the Docker sandboxes' disk images where the host needs them (loopfs); keep it on another file system than --state-dir, and across restarts (default: under the user's cache directory)")
 	return f
 }

@@ -94,6 +94,10 @@ type Config struct {
 	// DiskMechanism forces a disk-limit mechanism (runtime.DiskStorageOpt,
 	// runtime.DiskLoopFS, runtime.DiskNone); empty probes for the best.
 	DiskMechanism string
+	// GVisor, when set, is the name Docker knows gVisor's runsc under
+	// (GVisorOCIRuntime, "runsc"): the runtime is then the gvisor runtime
+	// (see gvisor.go), its containers run under it.
+	GVisor string
 }
 
 // Validate returns an error for a negative limit or timeout.
@@ -103,6 +107,9 @@ func (c Config) Validate() error {
 	}
 	if c.Supervisor != "" && (!filepath.IsAbs(c.Supervisor) || !filepath.IsAbs(c.SupervisorDir)) {
 		return errors.New("docker: the supervisor binary and its socket directory must be absolute paths")
+	}
+	if c.GVisor != "" && c.Supervisor == "" {
+		return errGVisorSupervisor
 	}
 	if c.DiskDir != "" && !filepath.IsAbs(c.DiskDir) {
 		return errors.New("docker: the disk directory must be an absolute path")
@@ -209,8 +216,13 @@ func New(cfg Config) (*Runtime, error) {
 // Node returns the node id the runtime labels its containers with.
 func (r *Runtime) Node() string { return r.cfg.Node }
 
-// Name returns "docker".
-func (r *Runtime) Name() string { return "docker" }
+// Name returns "docker", or "gvisor" (NameGVisor) with Config.GVisor.
+func (r *Runtime) Name() string {
+	if r.isGVisor() {
+		return NameGVisor
+	}
+	return "docker"
+}
 
 // Ping checks that the engine answers, for the node's choice of runtime;
 // an engine that does not is runtime_error (retryable), wrapping the
@@ -426,7 +438,7 @@ func (r *Runtime) options(spec runtime.Spec) (created, error) {
 		network = "bridge"
 	}
 	init := true
-	return created{
+	c := created{
 		root: root,
 		config: &container.Config{
 			Image: spec.Image, Env: env, Labels: labels, WorkingDir: root, User: user, Cmd: keepAlive,
@@ -443,7 +455,11 @@ func (r *Runtime) options(spec runtime.Spec) (created, error) {
 				Memory: mem, MemorySwap: mem, NanoCPUs: int64(cpus * 1e9), PidsLimit: &pids,
 			},
 		},
-	}, nil
+	}
+	if err := r.gvisorOptions(spec, &c); err != nil {
+		return created{}, err
+	}
+	return c, nil
 }
 
 // removeFailed removes the container a failed create may have left, but

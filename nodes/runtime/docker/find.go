@@ -29,6 +29,9 @@ func (r *Runtime) FindSandboxes(ctx context.Context) ([]runtime.Found, error) {
 	}
 	var out []runtime.Found
 	for _, c := range list {
+		if !r.ownContainer(c.Labels) {
+			continue // the other of docker and gvisor on this node
+		}
 		epoch, err := strconv.ParseUint(c.Labels[LabelEpoch], 10, 64)
 		tenant, session := c.Labels[LabelTenant], c.Labels[LabelSession]
 		created := time.Unix(c.Created, 0)

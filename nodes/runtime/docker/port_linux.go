@@ -25,6 +25,9 @@ import (
 // namespace with CAP_SYS_ADMIN (a node on the host, as root); otherwise a
 // sandbox with a network is dialled at its address on that network.
 func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if s.r.isGVisor() {
+		return nil, errGVisorPorts("exposed ports")
+	}
 	c, err := s.running(ctx)
 	if err != nil {
 		return nil, err
@@ -75,6 +78,9 @@ func dialInNetns(ctx context.Context, pid, port int) (net.Conn, error) {
 // own. It needs what DialPort's namespace path needs; there is no
 // fallback (an allow list the node cannot serve is refused).
 func (s *Sandbox) ListenEgress(ctx context.Context, port int) (net.Listener, error) {
+	if s.r.isGVisor() {
+		return nil, errGVisorPorts("an egress allow list")
+	}
 	c, err := s.running(ctx)
 	if err != nil {
 		return nil, err
@@ -121,8 +127,8 @@ func inNetns(pid int, fn func() error) error {
 }
 
 // EnforcesEgress says that the runtime's sandboxes can be served an
-// egress proxy (Linux: in their network namespaces).
-func (r *Runtime) EnforcesEgress() bool { return true }
+// egress proxy (Linux: in their network namespaces; not on gvisor).
+func (r *Runtime) EnforcesEgress() bool { return !r.isGVisor() }
 
 // SandboxNetworks returns the subnets of the network sandboxes with an
 // open network join (Docker's default bridge): no egress policy reaches

@@ -292,6 +292,9 @@ func (s *Sandbox) resolve(p string) (*os.Root, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	if err := s.checkParents(rel); err != nil {
+		return nil, "", err
+	}
 	root, err := s.fsRoot()
 	if err != nil {
 		return nil, "", err

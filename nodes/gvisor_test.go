@@ -1,0 +1,113 @@
+package nodes_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/egress"
+	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/nodes/runtime/docker"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// gvisorRuntime is dockerRuntime under gVisor's runsc (agent-node
+// --runtime gvisor).
+func gvisorRuntime(t *testing.T, node string) *docker.Runtime {
+	t.Helper()
+	rt, err := docker.New(docker.Config{Client: testenv.DockerClient(t), Node: node, GVisor: testenv.GVisorRuntime(t),
+		Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDirFor(t, node), DiskDir: testenv.DiskDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		found, err := rt.FindSandboxes(ctx)
+		if err != nil {
+			t.Errorf("list leftovers: %v", err)
+			return
+		}
+		for _, fd := range found {
+			t.Errorf("container of session %s/%s left behind", fd.Tenant, fd.SessionID)
+			_ = fd.Sandbox.Shutdown(ctx)
+		}
+	})
+	return rt
+}
+
+// TestGVisorNode: a node serving the gvisor runtime advertises it, creates
+// sessions that report it and run on gVisor's kernel, persists and
+// restores their workspace, reattaches them after a restart, and refuses
+// with policy_denied what gVisor's netstack cannot serve: a network, an
+// egress allow list, exposed ports.
+func TestGVisorNode(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	node := "gvisor-" + uuid.NewString()[:8]
+	rt := gvisorRuntime(t, node)
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	ctx := testenv.Context(t, 3*time.Minute)
+	first := startAgent(t, st, nodes.Config{ID: node}, rt)
+
+	if _, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image}); !errors.Is(err, errcode.ErrNoCapacity) {
+		t.Errorf("create on docker with only a gvisor node: %v; want no_capacity", err)
+	}
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "gvisor", Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Runtime != docker.NameGVisor || s.Node != node {
+		t.Errorf("create = %+v; want runtime gvisor on %s", s, node)
+	}
+	res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: "uname -r; echo hi > notes.txt"})
+	if err != nil || strings.TrimSpace(res.Stdout) != docker.GVisorKernel {
+		t.Fatalf("uname -r = %q, %v; want gVisor's %s", res.Stdout, err, docker.GVisorKernel)
+	}
+	// A create naming no runtime gets the node's only one.
+	other, err := st.Client.Create(ctx, commands.CreateArgs{Image: image})
+	if err != nil || other.Runtime != docker.NameGVisor {
+		t.Errorf("create with no runtime = %+v, %v; want gvisor", other, err)
+	}
+
+	for what, spec := range map[string]commands.CreateArgs{
+		"network":       {Runtime: "gvisor", Image: image, Network: true},
+		"allow list":    {Runtime: "gvisor", Image: image, Egress: &commands.Egress{Mode: egress.ModeAllow, Allow: []string{"example.com:443"}}},
+		"exposed ports": {Runtime: "gvisor", Image: image, ExposedPorts: []int{8080}},
+	} {
+		if _, err := st.Client.Create(ctx, spec); !errors.Is(err, errcode.ErrPolicyDenied) {
+			t.Errorf("create with %s: %v; want policy_denied", what, err)
+		}
+	}
+
+	snap, err := st.Client.Persist(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := startAgent(t, st, nodes.Config{ID: node}, rt)
+	if got := second.Sessions(); len(got) != 2 {
+		t.Fatalf("reattached %v, want both sessions", got)
+	}
+	if res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: "rm notes.txt; uname -r"}); err != nil || strings.TrimSpace(res.Stdout) != docker.GVisorKernel {
+		t.Fatalf("exec after reattach = %q, %v", res.Stdout, err)
+	}
+	if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snap.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Client.ReadFile(ctx, s.SessionID, "notes.txt"); err != nil || string(got) != "hi\n" {
+		t.Errorf("notes.txt after the restore = %q, %v", got, err)
+	}
+	for _, id := range []string{s.SessionID, other.SessionID} {
+		if err := st.Client.Shutdown(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
