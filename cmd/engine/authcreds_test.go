@@ -135,13 +135,13 @@ func TestAuthCredsNatsPy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shim, err := filepath.Abs(filepath.Join("testdata", "nkeys_shim"))
+	pyPaddock, err := filepath.Abs(filepath.Join("..", "..", "python", "paddock"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(testenv.Context(t, time.Minute), python, script, url, nk, alice.Inbox, "acme")
 	cmd.Env = append(os.Environ(),
-		"PYTHONPATH="+shim+string(os.PathListSeparator)+filepath.Join(pysdk, "site"),
+		"PYTHONPATH="+pyPaddock+string(os.PathListSeparator)+filepath.Join(pysdk, "site"),
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
 	var stdout, stderr bytes.Buffer
