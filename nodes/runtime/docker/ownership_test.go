@@ -52,11 +52,13 @@ func TestFallbackRenameRace(t *testing.T) {
 	written := 0
 	for i := 0; i < 120; i++ {
 		// d is there (0555: the write goes through the Docker API), or
-		// away and the write is not_found or makes a new d.
+		// away and the write is not_found or makes a new d; or d comes
+		// back while the write makes it (already_exists: the loop won the
+		// race, and a typed refusal is the answer).
 		switch err := sb.WriteFile(ctx, "d/f", []byte(fmt.Sprint(i)), 0o644); errcode.Of(err) {
 		case "":
 			written++
-		case errcode.NotFound:
+		case errcode.NotFound, errcode.AlreadyExists:
 		default:
 			t.Fatalf("WriteFile d/f: %v", err)
 		}
