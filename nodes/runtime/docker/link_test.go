@@ -2,10 +2,13 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/paddock-dev/paddock/testenv/wait"
 )
 
 // TestLinkAcceptRate: a sandbox that dials its socket again and again gets
@@ -31,15 +34,13 @@ func TestLinkAcceptRate(t *testing.T) {
 	// The accept loop runs on its own: wait until it has taken some, then
 	// bound what it took by the time that has passed.
 	var stats linkStats
-	deadline := time.Now().Add(10 * time.Second)
-	for stats.Accepted == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-		stats, _ = l.snapshot()
-	}
+	wait.Eventually(t, 10*time.Second, func() error {
+		if stats, _ = l.snapshot(); stats.Accepted == 0 {
+			return errors.New("no connection accepted yet")
+		}
+		return nil
+	})
 	elapsed := time.Since(start)
-	if stats.Accepted == 0 {
-		t.Fatal("no connection accepted within 10s")
-	}
 	if max := acceptBurst + int(float64(acceptRate)*elapsed.Seconds()) + 1; stats.Accepted > max {
 		t.Errorf("%d connections accepted in %s; at most %d may be", stats.Accepted, elapsed, max)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	poll "github.com/paddock-dev/paddock/testenv/wait"
 )
 
 // wait bounds every wait of these tests on a condition; the conditions
@@ -614,18 +616,17 @@ func TestConnPeerHangsUp(t *testing.T) {
 	}
 }
 
-// eventually waits for cond, polling, up to wait (testenv.Eventually's
-// twin: this package's own tests cannot import testenv, which imports the
-// node and so this package).
+// eventually waits for cond, polling, up to wait (testenv/wait's
+// Eventually: this package's tests cannot import testenv, which imports
+// the node and so this package).
 func eventually(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", wait)
+	poll.Eventually(t, wait, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(time.Millisecond) // polling interval, not synchronisation
-	}
+		return nil
+	})
 }
 
 // FuzzNodeConn: whatever a supervisor sends after a call, the node's
