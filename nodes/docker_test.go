@@ -25,14 +25,21 @@ import (
 // checks when the test ends that no container of node is left.
 func dockerRuntime(t *testing.T, node string) *docker.Runtime {
 	t.Helper()
-	cli := testenv.DockerClient(t)
+	return newDockerRuntime(t, docker.Config{Node: node})
+}
+
+// newDockerRuntime is dockerRuntime with cfg's runtime settings (GVisor).
+func newDockerRuntime(t *testing.T, cfg docker.Config) *docker.Runtime {
+	t.Helper()
+	node := cfg.Node
 	// Every node's sandboxes run the supervisor, as a deployment's do; a
 	// node restarted in a test finds its sockets again (one directory per
 	// node id).
 	// Their disks are loopfs images where the host offers it (the
 	// directory's check fails the test for any left behind).
-	rt, err := docker.New(docker.Config{Client: cli, Node: node,
-		Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDirFor(t, node), DiskDir: testenv.DiskDir(t)})
+	cfg.Client = testenv.DockerClient(t)
+	cfg.Supervisor, cfg.SupervisorDir, cfg.DiskDir = testenv.SupervisorBinary(t), testenv.SupervisorDirFor(t, node), testenv.DiskDir(t)
+	rt, err := docker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

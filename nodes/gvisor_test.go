@@ -1,7 +1,6 @@
 package nodes_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -21,25 +20,7 @@ import (
 // --runtime gvisor).
 func gvisorRuntime(t *testing.T, node string) *docker.Runtime {
 	t.Helper()
-	rt, err := docker.New(docker.Config{Client: testenv.DockerClient(t), Node: node, GVisor: testenv.GVisorRuntime(t),
-		Supervisor: testenv.SupervisorBinary(t), SupervisorDir: testenv.SupervisorDirFor(t, node), DiskDir: testenv.DiskDir(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		found, err := rt.FindSandboxes(ctx)
-		if err != nil {
-			t.Errorf("list leftovers: %v", err)
-			return
-		}
-		for _, fd := range found {
-			t.Errorf("container of session %s/%s left behind", fd.Tenant, fd.SessionID)
-			_ = fd.Sandbox.Shutdown(ctx)
-		}
-	})
-	return rt
+	return newDockerRuntime(t, docker.Config{Node: node, GVisor: testenv.GVisorRuntime(t)})
 }
 
 // TestGVisorNode: a node serving the gvisor runtime advertises it, creates
