@@ -2,17 +2,12 @@ package nodes_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/events"
-	"github.com/paddock-dev/paddock/nodes"
-	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -21,25 +16,11 @@ import (
 // which matches the pool), each restored with the parent's files and
 // recording the parent point.
 func TestDockerForkFromPool(t *testing.T) {
-	image := testenv.SandboxBaseImage(t)
-	node := "forkpool-" + uuid.NewString()[:8]
-	rt := dockerRuntime(t, node)
-	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
-	ctx := testenv.Context(t, 4*time.Minute)
 	const size = 9 // the parent and its 8 children
-	if err := rt.StartPools(ctx, docker.PoolConfig{Pools: []docker.PoolSpec{{Image: image, Size: size}}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	startAgent(t, st, nodes.Config{ID: node, HeartbeatInterval: 100 * time.Millisecond}, rt)
-	testenv.Eventually(t, 3*time.Minute, func() error {
-		for _, n := range st.Scheduler.Nodes() {
-			if n.Node == node && n.Pools[image] == size {
-				return nil
-			}
-		}
-		return fmt.Errorf("the pool has not filled to %d yet", size)
-	})
+	pn := startPoolNode(t, "forkpool", size)
+	st, image := pn.st, pn.image
+	ctx := testenv.Context(t, 4*time.Minute)
+	testenv.Eventually(t, 3*time.Minute, func() error { return pn.freeIs(size) })
 	parent, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image, Env: map[string]string{"WHO": "family"}})
 	if err != nil {
 		t.Fatal(err)

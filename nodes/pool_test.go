@@ -25,30 +25,10 @@ import (
 // the scheduler how many pooled sandboxes are free; the session's
 // variables and files work through the supervisor.
 func TestDockerPoolThroughNode(t *testing.T) {
-	image := testenv.SandboxBaseImage(t)
-	node := "pool-" + uuid.NewString()[:8]
-	rt := dockerRuntime(t, node)
-	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	pn := startPoolNode(t, "pool", 1)
+	st, image := pn.st, pn.image
 	ctx := testenv.Context(t, 2*time.Minute)
-	if err := rt.StartPools(ctx, docker.PoolConfig{Pools: []docker.PoolSpec{{Image: image, Size: 1}}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	startAgent(t, st, nodes.Config{ID: node, HeartbeatInterval: 100 * time.Millisecond}, rt)
-	free := func() int {
-		for _, n := range st.Scheduler.Nodes() {
-			if n.Node == node {
-				return n.Pools[image]
-			}
-		}
-		return -1
-	}
-	poolFree := func() error {
-		if n := free(); n != 1 {
-			return fmt.Errorf("the scheduler sees %d free pooled sandboxes on the node, want 1", n)
-		}
-		return nil
-	}
+	poolFree := func() error { return pn.freeIs(1) }
 	testenv.Eventually(t, time.Minute, poolFree)
 
 	warm, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image, Env: map[string]string{"WHO": "warm"}})
@@ -132,4 +112,41 @@ func TestDockerSupervisorFallbackRecorded(t *testing.T) {
 	if err := st.Client.Delete(ctx, s.SessionID); err != nil {
 		t.Error(err)
 	}
+}
+
+// poolNode is a Docker node with a warm pool of the base image, alone on
+// a stack of its own.
+type poolNode struct {
+	st          *testenv.Stack
+	rt          *docker.Runtime
+	node, image string
+}
+
+// startPoolNode starts a node named prefix-<random> whose pool keeps size
+// sandboxes ready, and returns without waiting for them.
+func startPoolNode(t *testing.T, prefix string, size int) *poolNode {
+	t.Helper()
+	pn := &poolNode{image: testenv.SandboxBaseImage(t), node: prefix + "-" + uuid.NewString()[:8]}
+	pn.rt = dockerRuntime(t, pn.node)
+	pn.st = testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	if err := pn.rt.StartPools(testenv.Context(t, time.Minute), docker.PoolConfig{Pools: []docker.PoolSpec{{Image: pn.image, Size: size}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pn.rt.Close() })
+	startAgent(t, pn.st, nodes.Config{ID: pn.node, HeartbeatInterval: 100 * time.Millisecond}, pn.rt)
+	return pn
+}
+
+// freeIs says whether the scheduler sees want pooled sandboxes free on
+// the node, from its heartbeats.
+func (pn *poolNode) freeIs(want int) error {
+	for _, n := range pn.st.Scheduler.Nodes() {
+		if n.Node == pn.node {
+			if n.Pools[pn.image] != want {
+				return fmt.Errorf("the scheduler sees %d free pooled sandboxes on the node, want %d", n.Pools[pn.image], want)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("the scheduler does not know node %s yet", pn.node)
 }
