@@ -204,6 +204,23 @@ func (s *Sandbox) finish(p *proc) (stopped bool) {
 	return s.state != stateRunning
 }
 
+// ResolveDir resolves a workspace path as an exec's cwd is resolved (the
+// symlink rule; a missing directory not_found, an escape invalid_path, a
+// file invalid_request) and returns it relative to the workspace, free of
+// symlinks: for a runtime that runs commands elsewhere over this
+// workspace (the runsc runtime's bind mount of it).
+func (s *Sandbox) ResolveDir(p string) (string, error) {
+	dir, err := s.cwd(p)
+	if err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(s.dir, dir)
+	if err != nil {
+		return "", errcode.Wrap(errcode.Internal, err, "resolve a directory")
+	}
+	return filepath.ToSlash(rel), nil
+}
+
 // cwd resolves a workspace path to the host directory a command runs in.
 func (s *Sandbox) cwd(p string) (string, error) {
 	root, rel, err := s.resolve(p)

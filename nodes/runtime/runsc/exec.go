@@ -39,7 +39,10 @@ func (s *Sandbox) Exec(ctx context.Context, spec runtime.ExecSpec) (runtime.Exec
 			return runtime.ExecResult{}, err
 		}
 	}
-	rel, err := runtime.Rel(s.vroot, spec.Cwd)
+	// The cwd is resolved on the host, by the workspace's rules (the
+	// sandbox's kernel resolves it again, inside its own mount of the
+	// workspace, so a swap in between reaches no further than that).
+	rel, err := s.ws.ResolveDir(spec.Cwd)
 	if err != nil {
 		return runtime.ExecResult{}, err
 	}

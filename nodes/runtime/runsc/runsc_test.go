@@ -21,7 +21,7 @@ import (
 
 // newRuntime is a runsc runtime with a directory of the test's: one
 // "node". It skips without runsc (fails in CI, which installs it).
-func newRuntime(t *testing.T) *runsc.Runtime {
+func newRuntime(t testing.TB) *runsc.Runtime {
 	t.Helper()
 	if _, err := exec.LookPath("runsc"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -37,7 +37,7 @@ func newRuntime(t *testing.T) *runsc.Runtime {
 	return rt
 }
 
-func spec(t *testing.T, session string) runtime.Spec {
+func spec(t testing.TB, session string) runtime.Spec {
 	return runtime.Spec{Tenant: "t1", SessionID: session, Image: testenv.SandboxBaseImage(t), MemoryBytes: 256 << 20}
 }
 
@@ -51,7 +51,7 @@ func create(t *testing.T, rt *runsc.Runtime, sp runtime.Spec) *runsc.Sandbox {
 	return sb.(*runsc.Sandbox)
 }
 
-func shutdown(t *testing.T, sb runtime.Sandbox) {
+func shutdown(t testing.TB, sb runtime.Sandbox) {
 	// Not t.Context(), which is done by cleanup time.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
