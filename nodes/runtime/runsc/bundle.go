@@ -22,6 +22,9 @@ import (
 	"github.com/paddock-dev/paddock/nodes/runtime"
 )
 
+// cgroupParent is the cgroup the sandboxes' own are made in.
+const cgroupParent = "paddock-runsc"
+
 // keepAlive is every sandbox's first process: it idles until stopped.
 const keepAlive = `trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done`
 
@@ -227,7 +230,7 @@ func writeBundle(sb *Sandbox, rootfs string, spec runtime.Spec) error {
 				Memory: &specs.LinuxMemory{Limit: &mem},
 				Pids:   &specs.LinuxPids{Limit: hostPids},
 			},
-			CgroupsPath: "/paddock-runsc/" + sb.id + "-" + filepath.Base(sb.dir),
+			CgroupsPath: "/" + cgroupParent + "/" + sb.cgroupName(),
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},

@@ -150,11 +150,12 @@ func (s *Sandbox) restoreLocked(ctx context.Context, dir string) error {
 	if err := s.deleteLocked(ctx); err != nil {
 		return err
 	}
+	s.exists = true // a restore that fails may leave processes: delete tries
 	if _, err := s.rt.runsc(ctx, s.root(), "restore", "--image-path", dir, "--detach", "--bundle", s.dir, s.id); err != nil {
-		_ = os.RemoveAll(s.root()) // a failed restore can leave its state behind
+		_ = s.deleteLocked(context.WithoutCancel(ctx))
 		return errcode.Wrap(errcode.RuntimeError, err, "restore")
 	}
-	s.exists, s.running = true, true
+	s.running = true
 	return nil
 }
 

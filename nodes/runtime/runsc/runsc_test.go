@@ -23,6 +23,13 @@ import (
 // "node". It skips without runsc (fails in CI, which installs it).
 func newRuntime(t testing.TB) *runsc.Runtime {
 	t.Helper()
+	rt, _ := newRuntimeDir(t)
+	return rt
+}
+
+// newRuntimeDir is newRuntime, with its directory.
+func newRuntimeDir(t testing.TB) (*runsc.Runtime, string) {
+	t.Helper()
 	if _, err := exec.LookPath("runsc"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true but no runsc: %v", err)
@@ -30,11 +37,70 @@ func newRuntime(t testing.TB) *runsc.Runtime {
 		t.Skipf("no runsc: %v", err)
 	}
 	testenv.GVisorRuntime(t) // the same host needs as the gvisor runtime's
-	rt, err := runsc.New(runsc.Config{Dir: t.TempDir(), Node: t.Name(), Images: runsc.DockerImagesOf(testenv.DockerClient(t))})
+	dir := t.TempDir()
+	rt, err := runsc.New(runsc.Config{Dir: dir, Node: t.Name(), Images: runsc.DockerImagesOf(testenv.DockerClient(t))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rt
+	return rt, dir
+}
+
+// processesUnder returns the host processes whose command line names dir
+// (runsc's sandbox, gofer and their helpers name their bundle and root).
+func processesUnder(dir string) []string {
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(data), dir) {
+			out = append(out, filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(data), "\x00", " "))
+		}
+	}
+	return out
+}
+
+// TestShutdownLeavesNothing: after Shutdown (also of a sandbox restored
+// from a checkpoint) no process of runsc's for it lives on, and its cgroup,
+// bundle and workspace are gone.
+func TestShutdownLeavesNothing(t *testing.T) {
+	rt, dir := newRuntimeDir(t)
+	sbx, err := rt.Create(t.Context(), spec(t, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := sbx.(*runsc.Sandbox)
+	startCounter(t, sb)
+	ck := t.TempDir()
+	if _, err := sb.Checkpoint(t.Context(), ck, true); err != nil {
+		t.Fatal(err)
+	}
+	r, err := rt.Restore(t.Context(), spec(t, "r"), ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []runtime.Sandbox{sb, r} {
+		if err := s.Shutdown(t.Context()); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		if err := s.Shutdown(t.Context()); err != nil {
+			t.Errorf("a second Shutdown: %v; want nil", err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if p := processesUnder(dir); len(p) > 0 {
+			return fmt.Errorf("processes left: %q", p)
+		}
+		return nil
+	})
+	for _, sub := range []string{"sandboxes", "workspaces/t1"} {
+		entries, _ := os.ReadDir(filepath.Join(dir, sub))
+		for _, e := range entries {
+			t.Errorf("left in %s: %s", sub, e.Name())
+		}
+	}
+	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/paddock-runsc/" + sb.ContainerID() + "-*"); len(cg) > 0 {
+		t.Errorf("cgroups left: %q", cg)
+	}
 }
 
 func spec(t testing.TB, session string) runtime.Spec {

@@ -73,10 +73,13 @@ func (s *Sandbox) startLocked(ctx context.Context) error {
 	if err := s.deleteLocked(ctx); err != nil {
 		return err
 	}
+	// A create that fails may still have started the sandbox's
+	// processes: the delete below must try.
+	s.exists = true
 	if _, err := s.rt.runsc(ctx, s.root(), "create", "--bundle", s.dir, s.id); err != nil {
+		_ = s.deleteLocked(context.WithoutCancel(ctx))
 		return errcode.Wrap(errcode.RuntimeError, err, "create the sandbox")
 	}
-	s.exists = true
 	if _, err := s.rt.runsc(ctx, s.root(), "start", s.id); err != nil {
 		_ = s.deleteLocked(context.WithoutCancel(ctx))
 		return errcode.Wrap(errcode.RuntimeError, err, "start the sandbox")
@@ -91,10 +94,28 @@ func (s *Sandbox) deleteLocked(ctx context.Context) error {
 		return nil
 	}
 	if _, err := s.rt.runsc(ctx, s.root(), "delete", "--force", s.id); err != nil {
-		return errcode.Wrap(errcode.RuntimeError, err, "remove the sandbox's container")
+		// A container runsc does not know (a create or restore that
+		// failed before it recorded one) is gone already.
+		if _, serr := s.rt.runsc(ctx, s.root(), "state", s.id); serr == nil {
+			return errcode.Wrap(errcode.RuntimeError, err, "remove the sandbox's container")
+		}
 	}
 	s.exists, s.running = false, false
 	return nil
+}
+
+// cgroupName is the sandbox's cgroup below cgroupParent.
+func (s *Sandbox) cgroupName() string { return s.id + "-" + filepath.Base(s.dir) }
+
+// removeCgroups removes the sandbox's cgroups that runsc left (a create
+// or restore that failed half way leaves them), best effort: an empty
+// cgroup is removed with rmdir, a busy one stays.
+func removeCgroups(name string) {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", cgroupParent, name))
+	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", cgroupParent, name))
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
 }
 
 // Start starts a stopped sandbox afresh; a running one is left as it is.
@@ -125,6 +146,7 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 		return derr
 	}
 	s.shut = true
+	removeCgroups(s.cgroupName())
 	werr := s.ws.Shutdown(ctx)
 	if err := os.RemoveAll(s.dir); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "remove the sandbox's directory")
