@@ -340,6 +340,30 @@ func TestBadInputs(t *testing.T) {
 	if _, err := sb.Checkpoint(ctx, dir, false); errcode.Of(err) != errcode.AlreadyExists {
 		t.Errorf("Checkpoint into a directory holding an image = %v; want already_exists", err)
 	}
+	// An exec in flight: its caller could not be given it back after a
+	// restore, so the checkpoint is refused (and the sandbox runs on).
+	ectx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(ectx, runtime.ExecSpec{Argv: []string{"sh", "-c", "echo > started; sleep 600"}})
+		done <- err
+	}()
+	testenv.Eventually(t, time.Minute, func() error {
+		_, _, err := sb.ReadFile(ctx, "started", 16)
+		return err
+	})
+	_, err := sb.Checkpoint(ctx, t.TempDir(), false)
+	cancel()
+	if errcode.Of(err) != errcode.InvalidState {
+		t.Errorf("Checkpoint with an exec in flight = %v; want invalid_state", err)
+	}
+	if err := <-done; errcode.Of(err) != errcode.ExecTimeout {
+		t.Errorf("the cancelled exec = %v; want exec_timeout", err)
+	}
+	if ok, err := sb.Running(ctx); !ok || err != nil {
+		t.Errorf("Running after a refused checkpoint = %v, %v; want true", ok, err)
+	}
+
 	if err := sb.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
