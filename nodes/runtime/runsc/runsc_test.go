@@ -36,6 +36,13 @@ func newRuntimeDir(t testing.TB) (*runsc.Runtime, string) {
 		}
 		t.Skipf("no runsc: %v", err)
 	}
+	if os.Geteuid() != 0 {
+		// runsc run directly makes namespaces and cgroups: root only.
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but not root: the runsc runtime's tests need root")
+		}
+		t.Skip("the runsc runtime needs root")
+	}
 	testenv.GVisorRuntime(t) // the same host needs as the gvisor runtime's
 	dir := t.TempDir()
 	rt, err := runsc.New(runsc.Config{Dir: dir, Node: t.Name(), Images: runsc.DockerImagesOf(testenv.DockerClient(t))})
