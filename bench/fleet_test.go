@@ -453,4 +453,3 @@ func parallel(t *testing.T, workers, n int, fn func(w, i int) error) {
 		t.Fatal(first)
 	}
 }
-
