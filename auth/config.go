@@ -72,6 +72,19 @@ func ServerConfigStore(ids []Identity, maxFile int64) ([]byte, error) {
 	if maxFile > 0 {
 		js = jsLimits{MaxFile: maxFile}
 	}
+	return serverConfig(ids, js)
+}
+
+// ServerConfigNoJetStream is ServerConfig with no JetStream in any
+// account: the accounts of a leaf server whose PADDOCK account uses the
+// core cluster's JetStream through its link (default_js_domain).
+func ServerConfigNoJetStream(ids []Identity) ([]byte, error) {
+	return serverConfig(ids, nil)
+}
+
+// serverConfig writes the accounts block, the PADDOCK account's
+// JetStream being js (nil: none).
+func serverConfig(ids []Identity, js any) ([]byte, error) {
 	accounts := map[string]*account{PaddockAccount: {JetStream: js, Users: []user{}}}
 	sorted := append([]Identity(nil), ids...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })

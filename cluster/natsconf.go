@@ -36,6 +36,13 @@ type ServerConf struct {
 	TLS *TLSConf
 	// Cluster, when set, is the server's route listener and its routes.
 	Cluster *RouteConf
+	// Leaf, when set, is the server's leaf node listener: where the leaf
+	// servers of sites connect.
+	Leaf *LeafListenConf
+	// Remote, when set, makes the server a site's leaf server: it
+	// connects to the core cluster's leaf listeners and keeps no
+	// JetStream of its own (the streams live in the core).
+	Remote *LeafRemoteConf
 }
 
 // TLSConf is a tls block: files of the server's certificate and key,
@@ -121,9 +128,11 @@ func (c ServerConf) Write(w io.Writer, accounts []byte) error {
 	if err != nil {
 		return err
 	}
-	store, err := str("store dir", c.StoreDir)
-	if err != nil {
-		return err
+	store := ""
+	if c.Remote == nil {
+		if store, err = str("store dir", c.StoreDir); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(&b, "host: %s\nport: %d\n", host, c.Port)
 	if c.ClientAdvertise != "" {
@@ -133,14 +142,17 @@ func (c ServerConf) Write(w io.Writer, accounts []byte) error {
 		}
 		fmt.Fprintf(&b, "client_advertise: %s\n", adv)
 	}
-	js := "store_dir: " + store
-	if c.MaxStore > 0 {
-		js += fmt.Sprintf(", max_file_store: %d", c.MaxStore)
+	if c.Remote == nil {
+		js := "store_dir: " + store
+		if c.MaxStore > 0 {
+			js += fmt.Sprintf(", max_file_store: %d", c.MaxStore)
+		}
+		if c.SyncAlways {
+			js += ", sync_interval: always"
+		}
+
+		fmt.Fprintf(&b, "jetstream: {%s}\n", js)
 	}
-	if c.SyncAlways {
-		js += ", sync_interval: always"
-	}
-	fmt.Fprintf(&b, "jetstream: {%s}\n", js)
 	if c.TLS != nil {
 		if err := c.TLS.write(&b, "", "tls"); err != nil {
 			return err
@@ -188,6 +200,23 @@ func (c ServerConf) Write(w io.Writer, accounts []byte) error {
 			fmt.Fprintf(&b, "    %s\n", s)
 		}
 		b.WriteString("  ]\n}\n")
+	}
+	if c.Leaf != nil {
+		if err := c.Leaf.write(&b); err != nil {
+			return err
+		}
+	}
+	if c.Remote != nil {
+		if err := c.Remote.write(&b); err != nil {
+			return err
+		}
+	}
+	if c.Leaf != nil || c.Remote != nil {
+		// The PADDOCK account's JetStream API crosses the leaf links in
+		// both directions, in JetStream's one (default) domain: a site's
+		// nodes use the core's JetStream as if connected there (by
+		// default a link carries no $JS.API traffic).
+		fmt.Fprintf(&b, "default_js_domain: {%q: \"\"}\n", auth.PaddockAccount)
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err

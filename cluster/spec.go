@@ -43,6 +43,15 @@ type Spec struct {
 	// RouteSecret is the route password ("": no route authorization,
 	// a spec that only validates). Material sets it.
 	RouteSecret string
+	// LeafPort is the first server's leaf node port (0: no leaf
+	// listener); servers on one host take the ports after it.
+	LeafPort int
+	// Sites are sites of nodes, each behind a leaf server of its own
+	// (SiteConfs); they need LeafPort.
+	Sites []Site
+	// LeafSecret is the password of the sites' leaf links. Material sets
+	// it when LeafPort is set.
+	LeafSecret string
 }
 
 // IsLoopback says whether host names this machine's loopback only.
@@ -118,6 +127,9 @@ func (s Spec) Validate() error {
 	if s.ClientPort < s.RoutePort+span && s.RoutePort < s.ClientPort+span {
 		return errcode.New(errcode.InvalidRequest, "client ports %d..%d and route ports %d..%d overlap", s.ClientPort, s.ClientPort+span-1, s.RoutePort, s.RoutePort+span-1)
 	}
+	if err := s.validateSites(span); err != nil {
+		return err
+	}
 	if s.Insecure && s.TLSSet && s.TLS {
 		return errcode.New(errcode.InvalidRequest, "--tls and --insecure: give one (--insecure writes no TLS)")
 	}
@@ -176,6 +188,7 @@ func (s Spec) Confs() []ServerConf {
 				c.Cluster.User, c.Cluster.Password = routeUser, s.RouteSecret
 			}
 		}
+		c.Leaf = s.leafListen(i)
 		out = append(out, c)
 	}
 	return out
@@ -187,11 +200,18 @@ func (s Spec) Confs() []ServerConf {
 func (s *Spec) Material(dir string, now time.Time) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	if s.Servers > 1 {
-		secret, err := loadRouteSecret(dir, files)
+		secret, err := loadSecret(dir, routeSecretFile, files)
 		if err != nil {
 			return nil, err
 		}
 		s.RouteSecret = secret
+	}
+	if s.LeafPort > 0 {
+		secret, err := loadSecret(dir, leafSecretFile, files)
+		if err != nil {
+			return nil, err
+		}
+		s.LeafSecret = secret
 	}
 	if !s.TLS {
 		return files, nil
@@ -203,6 +223,11 @@ func (s *Spec) Material(dir string, now time.Time) (map[string][]byte, error) {
 	for i := range s.Servers {
 		name, host, _, _ := s.Server(i)
 		if err := ca.serverCert(dir, name, certHosts(host, s.Listen(i)), now, files); err != nil {
+			return nil, err
+		}
+	}
+	for _, site := range s.Sites {
+		if err := ca.serverCert(dir, s.SiteServerName(site.Name), certHosts(site.Host, site.Host), now, files); err != nil {
 			return nil, err
 		}
 	}

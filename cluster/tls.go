@@ -51,10 +51,11 @@ const (
 	certRenew = 30 * 24 * time.Hour
 )
 
-// loadRouteSecret returns the route password kept in dir, made when dir has
-// none: then it is put in files, to be written.
-func loadRouteSecret(dir string, files map[string][]byte) (string, error) {
-	path := filepath.Join(dir, routeSecretFile)
+// loadSecret returns the password kept in dir/file (the route's, the
+// leaf links'), made when dir has none: then it is put in files, to be
+// written.
+func loadSecret(dir, file string, files map[string][]byte) (string, error) {
+	path := filepath.Join(dir, file)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		err = notExistOr(err, path)
@@ -62,7 +63,7 @@ func loadRouteSecret(dir string, files map[string][]byte) (string, error) {
 	if err == nil {
 		s := strings.TrimSpace(string(b))
 		if len(s) < 32 || strings.ContainsAny(s, "\"\\@:/ \t") {
-			return "", errcode.New(errcode.InvalidRequest, "%s: not a route secret engine cluster config wrote (remove it to make a new one, then give every server the new configs)", path)
+			return "", errcode.New(errcode.InvalidRequest, "%s: not a %s secret engine cluster config wrote (remove it to make a new one, then give every server the new configs)", path, strings.TrimSuffix(file, ".secret"))
 		}
 		return s, nil
 	}
@@ -71,10 +72,10 @@ func loadRouteSecret(dir string, files map[string][]byte) (string, error) {
 	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
-		return "", errcode.Wrap(errcode.Internal, err, "route secret")
+		return "", errcode.Wrap(errcode.Internal, err, file)
 	}
 	s := hex.EncodeToString(raw)
-	files[routeSecretFile] = []byte(s + "\n")
+	files[file] = []byte(s + "\n")
 	return s, nil
 }
 

@@ -259,7 +259,25 @@ func (a *Agent) takeOver(ctx context.Context, tenant, id string, secrets map[str
 	}
 	s := a.newSession(tenant, id, h.create, secrets, h.epoch)
 	s.takeUp(h)
-	if held, err := a.hold(s); err != nil {
+	held, err := a.hold(s)
+	if held != nil && h.state.Status == projection.StatusLost {
+		// This node holds the session from before its loss (it was cut
+		// off, declared lost, and is heard again) and has not appended
+		// since, so it has not learnt that its hold is fenced out: the
+		// history says the session is lost. Let the stale hold go, as a
+		// fenced append would, and take the session up anew.
+		// Its sandbox goes too: the resume restores the last snapshot
+		// (what ran since is lost, as with any loss) into a new one.
+		held.moved.Store(true)
+		a.letGoIfMoved(held)
+		if sb := held.sandbox(); sb != nil {
+			if err := sb.Shutdown(context.WithoutCancel(ctx)); err != nil {
+				return nil, errcode.Wrap(errcode.Unavailable, err, fmt.Sprintf("remove the sandbox node %s held of session %s before its loss", a.cfg.ID, id))
+			}
+		}
+		held, err = a.hold(s)
+	}
+	if err != nil {
 		if held != nil {
 			return nil, errcode.New(errcode.InvalidState, "node %s already serves session %s; send resume to the session", a.cfg.ID, id)
 		}

@@ -553,33 +553,44 @@ func (s *Scheduler) placeOnNode(ctx context.Context, w want, op, tenant string, 
 			return commands.ErrorReply(errcode.New(errcode.NoCapacity, "no node is up, not cordoned, with %s and room for a session", w))
 		}
 		tried[n.Node] = true
+		// Counted before the forward, taken back unless the node took
+		// the session: placements in flight at once then spread over the
+		// nodes instead of all going to the one least loaded before them.
+		s.countSession(n.Node, tenant, 1)
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.ForwardTimeout)
 		reply, err := client.Requester{Conn: s.nc}.Send(fctx, s.subj.Node(n.Node, op), tracing.Inject(fctx, nil), body)
 		cancel()
 		if errors.Is(err, nats.ErrNoResponders) {
+			s.countSession(n.Node, tenant, -1)
 			s.forgetNode(n.Node) // the node is gone; try another
 			continue
 		}
 		if err != nil {
+			// Outcome unknown (the node may have taken it): the count
+			// stays until the node's next heartbeat says.
 			return commands.ErrorReply(errcode.Wrap(errcode.Unavailable, err, "forward "+op+" to node "+n.Node))
 		}
-		if rep, err := client.DecodeReply(reply.Data); err == nil {
-			switch {
-			case rep.Error == nil:
-				s.countSession(n.Node, tenant, 1)
-				s.takePooled(n.Node, w.image)
-			case rep.Error.Code == errcode.NoCapacity:
-				// The node is fuller than its last heartbeat said (or
-				// lacks the runtime after all): try another.
-				s.countSession(n.Node, "", n.Capacity)
-				full = reply.Data
-				continue
-			case rep.Error.Code == errcode.QuotaExceeded:
-				// The tenant is at its share of this node: another node
-				// may have room for it.
-				full = reply.Data
-				continue
-			}
+		rep, err := client.DecodeReply(reply.Data)
+		switch {
+		case err != nil:
+			s.countSession(n.Node, tenant, -1)
+		case rep.Error == nil:
+			s.takePooled(n.Node, w.image)
+		case rep.Error.Code == errcode.NoCapacity:
+			// The node is fuller than its last heartbeat said (or
+			// lacks the runtime after all): try another.
+			s.countSession(n.Node, tenant, -1)
+			s.countSession(n.Node, "", n.Capacity)
+			full = reply.Data
+			continue
+		case rep.Error.Code == errcode.QuotaExceeded:
+			// The tenant is at its share of this node: another node
+			// may have room for it.
+			s.countSession(n.Node, tenant, -1)
+			full = reply.Data
+			continue
+		default:
+			s.countSession(n.Node, tenant, -1)
 		}
 		return reply.Data
 	}
@@ -600,11 +611,11 @@ func (s *Scheduler) forgetNode(id string) {
 	s.mu.Unlock()
 }
 
-// countSession adds n sessions (at most up to its capacity) to what the
-// scheduler knows of a node, until its next heartbeat says how many it
-// holds: creates sent faster than nodes heartbeat then spread over the
-// nodes instead of all going to the one that was least loaded at its last
-// heartbeat.
+// countSession adds n sessions (at most up to its capacity; n < 0 takes
+// them back, down to none) to what the scheduler knows of a node, until
+// its next heartbeat says how many it holds: creates sent faster than
+// nodes heartbeat then spread over the nodes instead of all going to the
+// one that was least loaded at its last heartbeat.
 func (s *Scheduler) countSession(id, tenant string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -612,14 +623,14 @@ func (s *Scheduler) countSession(id, tenant string, n int) {
 	if !ok {
 		return
 	}
-	r.info.Sessions = min(r.info.Sessions+n, max(r.info.Capacity, r.info.Sessions))
+	r.info.Sessions = max(0, min(r.info.Sessions+n, max(r.info.Capacity, r.info.Sessions)))
 	if tenant != "" {
 		// A copy: the heartbeat's map may be read elsewhere.
 		t := make(map[string]int, len(r.info.Tenants)+1)
 		for k, v := range r.info.Tenants {
 			t[k] = v
 		}
-		t[tenant] += n
+		t[tenant] = max(0, t[tenant]+n)
 		r.info.Tenants = t
 	}
 	s.nodes[id] = r

@@ -23,7 +23,7 @@ import (
 const clusterUsage = `usage:
   engine cluster config --out DIR [--servers 3] [--host 127.0.0.1] [--client-port 4222] [--route-port 6222]
                         [--name paddock] [--store-dir DIR] [--listen-host H] [--auth-dir DIR]
-                        [--tls] [--insecure] [--tls-dir DIR]
+                        [--tls] [--insecure] [--tls-dir DIR] [--leaf-port P --site NAME=HOST:PORT ...]
       writes DIR/<name>-<i>.conf for each server of a NATS cluster (JetStream on disk with
       sync_interval: always, routes to every server, Paddock's accounts from the auth store)
       and prints the servers' client URLs, comma separated (for --nats-url and PADDOCK_URL).
@@ -34,6 +34,11 @@ const clusterUsage = `usage:
       One --host: every server on it, ports counting up from --client-port and --route-port.
       A list --host h1,h2,h3 (one per server): server i on host i, every one on the same ports.
       Each server keeps JetStream in --store-dir/<name>-<i>. Run one with engine nats-server -c FILE.
+      Sites: --leaf-port gives each server a leaf node listener (ports counting up as the others),
+      guarded by a secret made in DIR/leaf.secret (and, with TLS, a certificate of the CA); each
+      --site NAME=HOST:PORT writes DIR/<name>-site-NAME.conf, the config of the site's leaf server:
+      it listens on HOST:PORT for the site's nodes (their --nats-url), keeps no JetStream, and links
+      to every server's leaf listener. Printed on stderr: each site's node URL.
   engine cluster wait [--replicas N] [--nodes N] [--timeout 60s]
       waits until every server of --server (a comma-separated list) answers with JetStream;
       with --replicas, until each of Paddock's streams has N replicas, a leader and current
@@ -74,12 +79,17 @@ type clusterSpec struct {
 	tls, tlsSet, insecure bool
 	// tlsDir is where the servers find the certificates.
 	tlsDir string
+	// leafPort is the first server's leaf node port (0: none); sites are
+	// the --site values.
+	leafPort int
+	sites    []cluster.Site
 }
 
 // spec returns the flags as a cluster.Spec.
 func (s clusterSpec) spec() cluster.Spec {
 	return cluster.Spec{Servers: s.servers, Hosts: s.hosts, ListenHost: s.listenHost, ClientPort: s.clientPort, RoutePort: s.routePort,
-		Name: s.name, StoreDir: s.storeDir, MaxStore: s.maxStore, TLS: s.tls, TLSSet: s.tlsSet, Insecure: s.insecure, TLSDir: s.tlsDir}
+		Name: s.name, StoreDir: s.storeDir, MaxStore: s.maxStore, TLS: s.tls, TLSSet: s.tlsSet, Insecure: s.insecure, TLSDir: s.tlsDir,
+		LeafPort: s.leafPort, Sites: s.sites}
 }
 
 // clusterConfigCmd is `engine cluster config`.
@@ -98,6 +108,8 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&s.tls, "tls", false, "TLS on the client and route listeners, from a CA and certificates made in --out (default: on when a server listens beyond loopback)")
 	fs.BoolVar(&s.insecure, "insecure", false, "let servers listen beyond loopback without TLS: routes keep their authorization, but every client's and route's traffic crosses the network in clear text")
 	fs.StringVar(&s.tlsDir, "tls-dir", "", "where the servers find the certificates (default: --out, made absolute)")
+	fs.IntVar(&s.leafPort, "leaf-port", 0, "the first server's leaf node port, where the sites' leaf servers connect (0: none)")
+	sites := fs.StringArray("site", nil, "NAME=HOST:PORT: write the config of site NAME's leaf server, listening on HOST:PORT for the site's nodes (repeat for each site; needs --leaf-port)")
 	jsonOut := fs.Bool("json", false, "print {\"out\", \"files\", \"urls\"} (the notes on stderr stay)")
 	maxStore := fs.String("max-store", "", "each server's JetStream store, e.g. 100g; the engine splits it among events, snapshots and projection (default: nats-server's, 75% of the free disk, which the engine cannot see: it then reserves nothing unless given --events-max-bytes and the rest)")
 	pos, rest, err := parseInterleaved(fs, args)
@@ -116,6 +128,13 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 		return usageErr("cluster config takes no arguments\n%s", clusterUsage)
 	}
 	s.hosts = strings.Split(*hosts, ",")
+	for _, v := range *sites {
+		site, err := cluster.ParseSite(v)
+		if err != nil {
+			return err
+		}
+		s.sites = append(s.sites, site)
+	}
 	fs.Visit(func(f *flag.Flag) { s.tlsSet = s.tlsSet || f.Name == "tls" })
 	if !s.tlsSet && !s.insecure {
 		s.tls = s.spec().BeyondLoopback() != ""
@@ -155,6 +174,17 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 		files[name] = b.Bytes()
 		names = append(names, name)
 	}
+	siteAccounts, err := cluster.SiteAccounts(*authDir)
+	if err != nil {
+		return err
+	}
+	for _, c := range spec.SiteConfs() {
+		var b bytes.Buffer
+		if err := c.Write(&b, siteAccounts); err != nil {
+			return err
+		}
+		files[c.ServerName+".conf"] = b.Bytes()
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return errcode.Wrap(errcode.InvalidRequest, err, "--out "+*out+": cannot make the directory")
 	}
@@ -169,6 +199,9 @@ func clusterConfigCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "wrote %s in %s; start each with: engine nats-server -c %s\n", strings.Join(written, ", "), *out, filepath.Join(*out, names[0]))
 	if spec.TLS {
 		fmt.Fprintf(stderr, "TLS on: server %[1]s-i needs %[1]s-i.conf, %[1]s-i.pem, %[1]s-i-key.pem and ca.pem in %[2]s (ca-key.pem stays here); clients need --tls-ca %[3]s\n", spec.Name, spec.TLSDir, filepath.Join(spec.TLSDir, cluster.CACertFile))
+	}
+	for _, site := range spec.Sites {
+		fmt.Fprintf(stderr, "site %s: run its leaf server with engine nats-server -c %s; its nodes take --nats-url %s\n", site.Name, filepath.Join(*out, spec.SiteServerName(site.Name)+".conf"), spec.SiteURL(site))
 	}
 	if *jsonOut {
 		return printJSON(stdout, clusterConfigResult{Out: *out, Files: written, URLs: strings.Split(spec.ClientURLs(), ",")})
