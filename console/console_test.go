@@ -227,11 +227,15 @@ func TestConsole(t *testing.T) {
 	t.Run("login", func(t *testing.T) {
 		c := *w.srv.Client()
 		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		crossSite := false
 		post := func(path, origin, token string, cookie *http.Cookie) *http.Response {
 			req, _ := http.NewRequest(http.MethodPost, w.srv.URL+path, strings.NewReader(url.Values{"token": {token}}.Encode()))
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			if origin != "" {
 				req.Header.Set("Origin", origin)
+			}
+			if crossSite {
+				req.Header.Set("Sec-Fetch-Site", "cross-site")
 			}
 			if cookie != nil {
 				req.AddCookie(cookie)
@@ -249,6 +253,11 @@ func TestConsole(t *testing.T) {
 		if res := post("/login", "http://evil.example", aliceToken, nil); res.StatusCode != http.StatusForbidden || len(res.Cookies()) != 0 {
 			t.Errorf("cross-site login: %d, want 403 and no cookie", res.StatusCode)
 		}
+		crossSite = true
+		if res := post("/login", "", aliceToken, nil); res.StatusCode != http.StatusForbidden || len(res.Cookies()) != 0 {
+			t.Errorf("login with Sec-Fetch-Site cross-site: %d, want 403 and no cookie", res.StatusCode)
+		}
+		crossSite = false
 		res := post("/login", w.srv.URL, aliceToken, nil)
 		if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 {
 			t.Fatalf("login: %d with cookies %v, want 303 and one", res.StatusCode, res.Cookies())

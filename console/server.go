@@ -135,7 +135,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Content-Security-Policy", CSP)
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
-	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Referrer-Policy", "same-origin")
 	hd.Set("Cache-Control", "no-store")
 	h.mux.ServeHTTP(w, r)
 }
@@ -182,12 +182,17 @@ func (h *Handler) authed(fn func(http.ResponseWriter, *http.Request, Viewer)) ht
 	}
 }
 
-// sameOrigin refuses a cross-site form post: a browser sends Origin with
-// a POST, and it must name the console itself.
+// sameOrigin refuses a cross-site form post. A browser says where a
+// request comes from in Sec-Fetch-Site (same-origin, or none when the
+// user acted), or else in Origin, which must name the console itself; a
+// client that sends neither is no browser a page could drive.
 func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
+	}
 	o := r.Header.Get("Origin")
 	if o == "" {
-		return r.Header.Get("Sec-Fetch-Site") == "" || r.Header.Get("Sec-Fetch-Site") == "same-origin"
+		return true
 	}
 	u, err := url.Parse(o)
 	return err == nil && u.Host == r.Host
