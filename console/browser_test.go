@@ -48,9 +48,16 @@ func TestBrowser(t *testing.T) {
 	dir := artifacts(t)
 	t.Logf("screenshots in %s", dir)
 
+	// The browser's profile: removed once the browser and its helpers have
+	// let go of it (they may still write for a moment after it exits).
+	profile, err := os.MkdirTemp("", "console-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testenv.Eventually(t, 10*time.Second, func() error { return os.RemoveAll(profile) }) })
 	alloc, cancelAlloc := chromedp.NewExecAllocator(testenv.Context(t, 90*time.Second),
 		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
-			chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 900))...)
+			chromedp.UserDataDir(profile), chromedp.WindowSize(1400, 900))...)
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(alloc)
 	defer cancel()
@@ -67,8 +74,8 @@ func TestBrowser(t *testing.T) {
 	})
 	shot := func(name string) chromedp.Action {
 		return chromedp.ActionFunc(func(ctx context.Context) error {
-			var buf []byte
-			if err := chromedp.FullScreenshot(&buf, 90).Do(ctx); err != nil {
+			var buf []byte // quality 100: a PNG
+			if err := chromedp.FullScreenshot(&buf, 100).Do(ctx); err != nil {
 				return err
 			}
 			return os.WriteFile(filepath.Join(dir, name), buf, 0o644)

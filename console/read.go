@@ -132,6 +132,9 @@ type Session struct {
 	Recorded bool
 	Ops      []Op
 	Events   int
+	// LastStreamSeq is the stream seq of the session's last event read:
+	// where a live tail starts after.
+	LastStreamSeq uint64
 }
 
 // Session returns one session's record and its timeline, from its
@@ -152,7 +155,7 @@ func (r *Reader) Session(ctx context.Context, v Viewer, tenant, id string) (Sess
 	if len(msgs) == 0 {
 		return Session{}, errcode.New(errcode.SessionNotFound, "no events of session %s in tenant %s", id, tenant)
 	}
-	s := Session{Ops: Timeline(msgs), Events: len(msgs)}
+	s := Session{Ops: Timeline(msgs), Events: len(msgs), LastStreamSeq: msgs[len(msgs)-1].StreamSeq}
 	if ss, err := projector.OpenSessions(ctx, r.js); err == nil {
 		s.Record, s.Recorded, _ = ss.Get(ctx, tenant, id)
 	}

@@ -351,8 +351,6 @@ type sessionPage struct {
 	Session
 	Verify    Verification
 	VerifyErr error
-	// LastStreamSeq is where the live tail starts after.
-	LastStreamSeq uint64
 }
 
 func (h *Handler) session(w http.ResponseWriter, r *http.Request, v Viewer) {
@@ -363,9 +361,6 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request, v Viewer) {
 		return
 	}
 	d := sessionPage{Session: s}
-	for _, o := range s.Ops {
-		d.LastStreamSeq = max(d.LastStreamSeq, o.StreamSeq)
-	}
 	d.Verify, d.VerifyErr = h.r.Verify(r.Context(), v, tenant, id)
 	h.render(w, r, http.StatusOK, "session", &v, d)
 }
