@@ -116,7 +116,7 @@ func TestBrowser(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"create", "exec", "write", "fork", "notes/a.txt", "created:out.txt", xss} {
+	for _, want := range []string{"create", "exec", "write", "fork", "notes/a.txt", "created:notes/a.txt", xss} {
 		if !strings.Contains(timeline, want) {
 			t.Errorf("the timeline as the browser shows it lacks %q", want)
 		}

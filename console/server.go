@@ -389,8 +389,8 @@ type TailEvent struct {
 	Error      string   `json:"error,omitempty"`
 }
 
-// tail streams a session's new events as server-sent events from stream
-// seq ?after, until the client goes, the tail's bound passes or the
+// tail streams a session's new events as server-sent events after stream
+// seq ?after (or the Last-Event-ID of a reconnecting browser), until the client goes, the tail's bound passes or the
 // console closes. At most Config.MaxTails run at once (503 beyond).
 func (h *Handler) tail(w http.ResponseWriter, r *http.Request, v Viewer) {
 	tenant, id := r.PathValue("tenant"), r.PathValue("id")
@@ -399,7 +399,14 @@ func (h *Handler) tail(w http.ResponseWriter, r *http.Request, v Viewer) {
 		return
 	}
 	var after uint64
-	if s := r.URL.Query().Get("after"); s != "" {
+	// A browser's EventSource that reconnects says where it was
+	// (Last-Event-ID, the id of the last event it got): it goes on from
+	// there rather than from the page's ?after.
+	s := r.Header.Get("Last-Event-ID")
+	if s == "" {
+		s = r.URL.Query().Get("after")
+	}
+	if s != "" {
 		var err error
 		if after, err = strconv.ParseUint(s, 10, 64); err != nil {
 			http.Error(w, "after is not a stream sequence", http.StatusBadRequest)
