@@ -20,6 +20,7 @@ import (
 	"github.com/paddock-dev/paddock/auth"
 	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/client"
+	"github.com/paddock-dev/paddock/cmd/internal/consoleflags"
 	"github.com/paddock-dev/paddock/cmd/internal/diskflags"
 	"github.com/paddock-dev/paddock/cmd/internal/metricsflags"
 	"github.com/paddock-dev/paddock/cmd/internal/policyflags"
@@ -129,6 +130,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&cfg.gcEvery, "gc-interval", time.Hour, "sweep the workspace bucket this often with the retention flags (engine gc does one sweep; 0: never)")
 	retentionFlags := registerRetention(fs)
 	metricsFlags := metricsflags.Register(fs)
+	consoleFlags := consoleflags.Register(fs)
 	policy := policyflags.Register(fs)
 	cfg.docker = runtimes.RegisterDockerFlags(fs)
 	traces := tracingflags.Register(fs)
@@ -155,6 +157,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("--egress-cluster-ports: %w", err)
 	}
 	if err := cfg.checkAuth(); err != nil {
+		return err
+	}
+	if err := consoleFlags.Check(); err != nil {
 		return err
 	}
 	if err := traces.Validate(); err != nil {
@@ -332,6 +337,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return nil
 		}),
 		projectorModule(cfg, asked),
+		// The read-only web console (--console-addr; package console).
+		fx.Invoke(func(lc fx.Lifecycle, js jetstream.JetStream) error {
+			return consoleFlags.Serve(lc, js, auth.DirIn(cfg.stateDir), logger)
+		}),
 		fx.StartTimeout(startTimeout),
 		fx.StopTimeout(40*time.Second),
 	)
