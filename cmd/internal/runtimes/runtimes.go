@@ -33,7 +33,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/paddock-dev/paddock/images"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
