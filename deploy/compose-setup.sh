@@ -13,6 +13,8 @@
 #                      it lives at the same path on the host and in the nodes)
 #   DIR/node-1, node-2 the nodes' supervisor sockets (same paths too)
 #   DIR/compose.env    the variables compose.yaml reads (--env-file)
+#   DIR/cli.env        the CLI's PADDOCK_URL, PADDOCK_CREDS and PADDOCK_TLS_CA
+#                      (the admin's), also printed on stdout
 #
 # T is the images' tag (default latest: scripts/release.sh --images
 # --tag-latest); P names the nodes (default paddock-node; sandboxes carry
@@ -37,7 +39,7 @@ while [ $# -gt 1 ]; do
     *) echo "compose-setup: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[ $# -eq 1 ] || { sed -n '2,29p' "$0" >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,32p' "$0" >&2; exit 2; }
 mkdir -p "$1"
 D=$(cd "$1" && pwd)
 
@@ -57,12 +59,12 @@ engine() { docker run --rm -v "$D:$D" "paddock/engine:$tag" "$@"; }
 for id in "engine engine" "admin ops" "node $prefix-1" "node $prefix-2"; do
   set -- $id
   if ! grep -q "\"name\": \"$2\"" "$D/auth/identities.json" 2>/dev/null; then
-    engine auth add "$1" "$2" --auth-dir "$D/auth" >/dev/null
+    engine auth add "$1" "$2" --auth-dir "$D/auth" >/dev/null 2>>"$D/setup.log"
   fi
 done
 engine cluster config --servers 3 --host nats-1,nats-2,nats-3 --listen-host 0.0.0.0 \
   --client-port 4222 --route-port 6222 --auth-dir "$D/auth" --store-dir /data \
-  --max-store "${PADDOCK_MAX_STORE:-4g}" --out "$D/conf" >/dev/null
+  --max-store "${PADDOCK_MAX_STORE:-4g}" --out "$D/conf" >/dev/null 2>>"$D/setup.log"
 
 mkdir -p "$D/bin" "$D/node-1" "$D/node-2"
 c=$(docker create "paddock/supervisor:$tag")
@@ -77,6 +79,9 @@ PADDOCK_NATS_PORT_1=$port
 PADDOCK_NATS_PORT_2=$((port + 1))
 PADDOCK_NATS_PORT_3=$((port + 2))
 ENV
-echo "PADDOCK_URL=nats://127.0.0.1:$port,nats://127.0.0.1:$((port + 1)),nats://127.0.0.1:$((port + 2))"
-echo "PADDOCK_CREDS=$D/auth/creds/ops.creds"
-echo "PADDOCK_TLS_CA=$D/conf/ca.pem"
+cat > "$D/cli.env" <<ENV
+PADDOCK_URL=nats://127.0.0.1:$port,nats://127.0.0.1:$((port + 1)),nats://127.0.0.1:$((port + 2))
+PADDOCK_CREDS=$D/auth/creds/ops.creds
+PADDOCK_TLS_CA=$D/conf/ca.pem
+ENV
+cat "$D/cli.env"

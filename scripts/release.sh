@@ -11,7 +11,7 @@
 # --images it builds paddock/engine:V, paddock/agent-node:V and
 # paddock/supervisor:V FROM scratch on the local Docker engine (no
 # registry is needed: the Go toolchain is this host's, see
-# docs/operations.md "Images and the release build"), and --tag-latest
+# deploy/README.md "Images and the release build"), and --tag-latest
 # tags them :latest too. It prints DIR on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
