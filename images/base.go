@@ -16,7 +16,6 @@ import (
 
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 )
 
 // Base is the tag of the sandbox base image that `engine image
@@ -139,20 +138,7 @@ func baseRootfs(busybox []byte, applets []string) ([]byte, error) {
 // reports whether it built it; when it cannot (no static busybox), the
 // error says which package and command give it.
 func EnsureBase(ctx context.Context, cli *client.Client, tag, busybox string) (bool, error) {
-	_, err := cli.ImageInspect(ctx, tag)
-	if err == nil {
-		return false, nil
-	}
-	if !errdefs.IsNotFound(err) {
-		return false, fmt.Errorf("inspect image %s: %w", tag, err)
-	}
-	if err := CheckBusybox(busybox); err != nil {
-		return false, fmt.Errorf("the sandbox base image %s is missing and cannot be built here: %w; then run: engine image build-base", tag, err)
-	}
-	if err := BuildBase(ctx, cli, tag, busybox); err != nil {
-		return false, err
-	}
-	return true, nil
+	return EnsureBaseFrom(ctx, cli, tag, BaseSource{Busybox: busybox})
 }
 
 // ProgressErr reads the Docker daemon's JSON progress stream of an image

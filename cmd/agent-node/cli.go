@@ -71,10 +71,10 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 
 	version := &cobra.Command{Use: "version", Short: "print the version of agent-node and of the command contract", Args: cobra.NoArgs}
-	versionJSON := version.Flags().Bool("json", false, `print {"version": ..., "contract": ...}`)
+	versionJSON := version.Flags().Bool("json", false, `print {"version": ..., "commit": ..., "contract": ...}`)
 	version.RunE = func(c *cobra.Command, _ []string) error {
 		if *versionJSON {
-			return printJSON(c.OutOrStdout(), map[string]string{"version": buildinfo.Version(), "contract": commands.Version})
+			return printJSON(c.OutOrStdout(), map[string]string{"version": buildinfo.Version(), "commit": buildinfo.Commit(), "contract": commands.Version})
 		}
 		fmt.Fprintf(c.OutOrStdout(), "agent-node %s\n", buildinfo.String())
 		return nil

@@ -249,10 +249,10 @@ func newRoot(ctx context.Context, raw *[]string, s streams) *cobra.Command {
 		Short: "print the version of engine and of the command contract",
 		Args:  cobra.NoArgs,
 	}
-	jsonVersion := version.Flags().Bool("json", false, `print {"version": ..., "contract": ...}`)
+	jsonVersion := version.Flags().Bool("json", false, `print {"version": ..., "commit": ..., "contract": ...}`)
 	version.RunE = func(c *cobra.Command, _ []string) error {
 		if *jsonVersion {
-			return printJSON(c.OutOrStdout(), map[string]string{"version": buildinfo.Version(), "contract": commands.Version})
+			return printJSON(c.OutOrStdout(), map[string]string{"version": buildinfo.Version(), "commit": buildinfo.Commit(), "contract": commands.Version})
 		}
 		fmt.Fprintf(c.OutOrStdout(), "engine %s\n", buildinfo.String())
 		return nil

@@ -42,6 +42,7 @@ import (
 // serveConfig is what `engine serve` is told by its flags.
 type serveConfig struct {
 	docker      *runtimes.DockerFlags // the in-process node's supervisor and warm pools
+	pythonImage bool                  // the in-process node makes and allows images.Python (firstrun.go)
 	stateDir    string
 	sandboxDir  string
 	listen      string
@@ -133,6 +134,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	consoleFlags := consoleflags.Register(fs)
 	policy := policyflags.Register(fs)
 	cfg.docker = runtimes.RegisterDockerFlags(fs)
+	registerFirstRunFlags(fs, &cfg)
 	traces := tracingflags.Register(fs)
 	jsonLog := fs.Bool("json", false, "log JSON lines on stderr (log/slog's JSON handler)")
 	configFile := configFlag(fs)
@@ -169,6 +171,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	pol = cfg.allowPythonImage(pol)
 	if pol.MaxDiskBytes > 0 && cfg.docker.DefaultDiskBytes > pol.MaxDiskBytes {
 		return usageErr("--default-disk %d is over --max-disk %d", cfg.docker.DefaultDiskBytes, pol.MaxDiskBytes)
 	}
@@ -296,7 +299,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			var rts []runtime.Runtime
 			if !cfg.noLocalNode {
 				var closeRuntimes func() error
-				rts, closeRuntimes, err = runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback(), Docker: *cfg.docker, StateDir: cfg.stateDir}, logger)
+				rts, closeRuntimes, err = runtimes.Open(ctx, runtimes.Options{Mode: cfg.runtime, Node: cfg.nodeID, LocalDir: cfg.sandboxDir, Loopback: cfg.loopback(), Docker: *cfg.docker, StateDir: cfg.stateDir, Images: cfg.imageOptions()}, logger)
 				if err != nil {
 					return err
 				}

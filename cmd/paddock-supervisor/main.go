@@ -27,10 +27,19 @@ import (
 	"github.com/paddock-dev/paddock/nodes/runtime/supervisor"
 )
 
+// version and commit are set by a release build (scripts/release.sh,
+// -ldflags -X main.version=... -X main.commit=...); -version prints them.
+var version, commit = "devel", ""
+
 func main() {
 	socket := flag.String("socket", "/.paddock/run/node.sock", "the node's unix socket")
 	root := flag.String("root", "/workspace", "the workspace root")
+	showVersion := flag.Bool("version", false, "print the version and commit, and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(strings.TrimSpace("paddock-supervisor " + version + " " + commit))
+		return
+	}
 	env := map[string]string{}
 	for _, kv := range os.Environ() {
 		if k, v, ok := strings.Cut(kv, "="); ok {

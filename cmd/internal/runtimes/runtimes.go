@@ -33,8 +33,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docker/docker/client"
-
 	"github.com/paddock-dev/paddock/images"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
@@ -65,6 +63,11 @@ type Options struct {
 	DockerPresent func() bool
 	// Docker holds the supervisor, warm-pool and disk settings.
 	Docker DockerFlags
+	// Images says what a first start may do to make the sandbox images it
+	// lacks (engine serve: install busybox-static, build the Python
+	// image); the zero value builds the base image only from a static
+	// busybox already there (agent-node). See images.go.
+	Images ImageOptions
 	// StateDir, when set, is the node's JetStream state: a warning says
 	// so when Docker's data root or the disk directory share its file
 	// system (a sandbox filling them would fill the event store's disk).
@@ -111,7 +114,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 		if err != nil {
 			return nil, nil, err
 		}
-		ensureBaseImage(ctx, logger)
+		ensureImages(ctx, opts.Images, logger)
 		if err := checkGVisor(ctx, rt, logger); err != nil {
 			return nil, nil, errors.Join(err, rt.Close())
 		}
@@ -126,7 +129,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 			if err != nil {
 				return nil, nil, fmt.Errorf("this host has Docker but its daemon did not answer within %s; not falling back to the local runtime, which is no security boundary (start Docker, or name --runtime local): %w", opts.DockerWait, err)
 			}
-			ensureBaseImage(ctx, logger)
+			ensureImages(ctx, opts.Images, logger)
 			diskReport(ctx, rt, opts, logger)
 			if err := startPools(ctx, rt, opts, logger); err != nil {
 				return nil, nil, errors.Join(err, rt.Close())
@@ -159,26 +162,6 @@ func checkGVisor(ctx context.Context, rt *docker.Runtime, logger *slog.Logger) e
 	}
 	logger.Info("gvisor: Docker runs sandboxes under runsc", "kernel", docker.GVisorKernel)
 	return nil
-}
-
-// ensureBaseImage builds the sandbox base image when it is missing, so
-// that a first `engine serve` on a fresh machine can create sessions; when
-// it cannot, it says on the log what to install and run. Creates of the
-// base image fail with image_not_found until then.
-func ensureBaseImage(ctx context.Context, logger *slog.Logger) {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		logger.Warn("no sandbox base image", "image", images.Base, "err", err)
-		return
-	}
-	defer cli.Close()
-	built, err := images.EnsureBase(ctx, cli, images.Base, images.DefaultBusybox)
-	switch {
-	case err != nil:
-		logger.Warn("no sandbox base image", "image", images.Base, "err", err)
-	case built:
-		logger.Info("built the sandbox base image", "image", images.Base)
-	}
 }
 
 // diskReport probes how the runtime bounds sandboxes' disks and says it
