@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,17 +137,23 @@ func TestServeSignals(t *testing.T) {
 	})
 }
 
-// TestServeReadyzJetStreamGone: the fault. JetStream goes away under a
-// running engine (the server at --nats-url shuts it down in place; the NATS
-// connection stays): /readyz turns 503 naming the jetstream check while
-// /healthz stays 200 (the process is alive: restarting it would not
-// help), the storage gauges say they could not be read; JetStream comes
-// back and /readyz is 200 again.
+// TestServeReadyzJetStreamGone: the fault. The NATS server at
+// --nats-url, and JetStream with it, goes away under a running engine:
+// /readyz turns 503 naming the jetstream check while /healthz stays 200
+// (the process is alive: restarting it would not help), and the storage
+// gauges say they could not be read. The server comes back on its port
+// and store and /readyz is 200 again, without a restart of the engine.
 func TestServeReadyzJetStreamGone(t *testing.T) {
-	// The broker's own heal would turn JetStream back on within seconds;
-	// here the test does, once it has seen the engine unready.
-	b := testenv.StartBrokerWith(t, broker.Config{HealInterval: time.Hour})
-	logs, _ := serveStoppable(t, "--nats-url", b.ClientURL(), "--state-dir", t.TempDir(), "--node-id", "n1", "--runtime", "local", "--metrics-addr", "127.0.0.1:0")
+	// The broker is started by hand (not testenv.StartBroker) so that a
+	// second one can take the first one's port and store.
+	cfg := broker.Config{StoreDir: t.TempDir(), Host: "127.0.0.1", Port: -1}
+	first, err := broker.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(first.Shutdown)
+	url := first.ClientURL()
+	logs, _ := serveStoppable(t, "--nats-url", url, "--state-dir", t.TempDir(), "--node-id", "n1", "--runtime", "local", "--metrics-addr", "127.0.0.1:0")
 	u := metricsURLRE.FindStringSubmatch(logs.String())
 	if u == nil {
 		t.Fatalf("no metrics URL in the log:\n%s", logs.String())
@@ -172,18 +178,7 @@ func TestServeReadyzJetStreamGone(t *testing.T) {
 	}
 	testenv.Eventually(t, 30*time.Second, ready(true))
 
-	ns := b.Server()
-	jsCfg := ns.JetStreamConfig()
-	if jsCfg == nil {
-		t.Fatal("the broker runs no JetStream")
-	}
-	saved := *jsCfg
-	// The server keeps its store under StoreDir/jetstream and reports that
-	// path; EnableJetStream adds the /jetstream itself.
-	saved.StoreDir = filepath.Dir(saved.StoreDir)
-	if err := ns.ShutdownJetStream(); err != nil {
-		t.Fatal(err)
-	}
+	first.Shutdown()
 	testenv.Eventually(t, 30*time.Second, ready(false))
 	if code, _, err := probe(ctx, base+"/healthz"); err != nil || code != http.StatusOK {
 		t.Errorf("/healthz with JetStream gone: %d %v, want 200 (alive)", code, err)
@@ -196,8 +191,15 @@ func TestServeReadyzJetStreamGone(t *testing.T) {
 		t.Errorf("paddock_storage_up with JetStream gone = %v, want 0", got)
 	}
 
-	if err := ns.EnableJetStream(&saved); err != nil {
+	port, err := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
+	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Port = port
+	second, err := broker.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(second.Shutdown)
 	testenv.Eventually(t, 60*time.Second, ready(true))
 }
