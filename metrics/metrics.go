@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -102,7 +103,7 @@ func New() *Metrics {
 		}, []string{"kind"}),
 	}
 	m.reg.MustRegister(m.ops, m.opSeconds, m.appends, m.appendSecs, m.placements, m.rejections, m.objectBytes, m.egress, m.poolClaims, m.snapBytes,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		readyCollector{m.ready}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -206,4 +207,25 @@ func (m *Metrics) Snapshot(stored, deduplicated int64) {
 	// Both series exist from the first snapshot on, zero or not.
 	m.snapBytes.WithLabelValues("stored").Add(float64(max(stored, 0)))
 	m.snapBytes.WithLabelValues("deduplicated").Add(float64(max(deduplicated, 0)))
+}
+
+var readyDesc = prometheus.NewDesc(Namespace+"_ready_check",
+	"1 when a readiness check of /readyz passes at this scrape, else 0, by check.", []string{"check"}, nil)
+
+// readyCollector runs the readiness checks at every scrape, so that
+// Prometheus sees what /readyz would answer (paddock_ready_check).
+type readyCollector struct{ checks *health.Checks }
+
+func (c readyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- readyDesc }
+
+func (c readyCollector) Collect(ch chan<- prometheus.Metric) {
+	// A scrape carries no context; each check is bounded by health.Timeout.
+	rep := c.checks.Run(context.Background())
+	for name, res := range rep.Checks {
+		v := 0.0
+		if res == "ok" {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, v, name)
+	}
 }

@@ -110,6 +110,8 @@ func TestServeSignals(t *testing.T) {
 			{"paddock_snapshot_bytes_total", map[string]string{"kind": "stored"}, func(v float64) bool { return v > 0 }, "> 0"},
 			{"paddock_snapshot_bytes_total", map[string]string{"kind": "deduplicated"}, func(v float64) bool { return v >= 2*4096*8 }, ">= 65536 (a.txt and b.txt, held by the store)"},
 			{"paddock_build_info", map[string]string{"version": "devel"}, func(v float64) bool { return v == 1 }, "1"},
+			{"paddock_ready_check", map[string]string{"check": "jetstream"}, func(v float64) bool { return v == 1 }, "1"},
+			{"paddock_ready_check", map[string]string{"check": "projector"}, func(v float64) bool { return v == 1 }, "1"},
 		} {
 			if got := metricValue(fams, c.name, c.labels); !c.ok(got) {
 				return fmt.Errorf("%s%v = %v, want %s (samples: %v)", c.name, c.labels, got, c.want, labelled(fams[c.name]))
