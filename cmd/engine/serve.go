@@ -313,7 +313,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				}
 				lc.Append(fx.Hook{OnStart: w.Start, OnStop: w.Close})
 				disks = w
-				if err := cfg.metrics.WatchDisks(diskGauges(w)); err != nil {
+				if err := metricsflags.WatchDisks(cfg.metrics, w); err != nil {
 					return err
 				}
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/paddock-dev/paddock/cmd/internal/metricsflags"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/metrics"
 	"github.com/paddock-dev/paddock/projector"
@@ -36,12 +37,7 @@ func watchCluster(m *metrics.Metrics, js jetstream.JetStream, sch *scheduler.Sch
 	if err := m.WatchSessions(sessions.count); err != nil {
 		return err
 	}
-	m.Ready().Add("jetstream", func(ctx context.Context) error {
-		if _, err := js.AccountInfo(ctx); err != nil {
-			return fmt.Errorf("jetstream unreachable: %w", err)
-		}
-		return nil
-	})
+	metricsflags.ReadyJetStream(m, js)
 	if localNode {
 		m.Ready().Add("node", func(context.Context) error {
 			if !slices.ContainsFunc(sch.Nodes(), func(n events.NodeInfo) bool { return n.Node == nodeID }) {
@@ -122,18 +118,4 @@ func (c *sessionCounter) count(ctx context.Context) (map[string]int, error) {
 		out[string(r.Status)]++
 	}
 	return out, nil
-}
-
-// diskGauges adapts a disk watcher's last reading to the metrics' disks.
-func diskGauges(w *storage.DiskWatcher) func() []metrics.Disk {
-	return func() []metrics.Disk {
-		ds := w.Disks()
-		out := make([]metrics.Disk, 0, len(ds))
-		for _, d := range ds {
-			if d.Err == nil {
-				out = append(out, metrics.Disk{Path: d.Path, Free: d.Free, Total: d.Total})
-			}
-		}
-		return out
-	}
 }
