@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,9 @@ import (
 func (m *Metrics) BuildInfo(version, revision string) error {
 	if m == nil {
 		return nil
+	}
+	if !m.build.CompareAndSwap(false, true) {
+		return errors.New("metrics: build info registered twice")
 	}
 	if revision == "" {
 		revision = "unknown"

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,8 @@ type Metrics struct {
 	// ready is the process's readiness checks, served at /readyz beside
 	// the metrics.
 	ready *health.Checks
+	// build is set once BuildInfo registered paddock_build_info.
+	build atomic.Bool
 
 	ops         *prometheus.CounterVec
 	opSeconds   *prometheus.HistogramVec
