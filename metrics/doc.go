@@ -16,8 +16,8 @@
 //
 // Server serves the registry over HTTP at /metrics, with /healthz and
 // /readyz (package health; the checks are Metrics.Ready) beside it;
-// CheckAddr refuses a
-// non-loopback listen address unless remote scraping was asked for.
+// CheckAddr refuses a non-loopback listen address unless remote scraping
+// was asked for.
 //
 // Labels are bounded: op names, runtime names, outcomes, error codes
 // (a fixed registry), session statuses, placement reasons and node ids
