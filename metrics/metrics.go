@@ -1,12 +1,16 @@
 package metrics
 
 import (
+	"context"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/paddock-dev/paddock/health"
 )
 
 // Namespace prefixes every metric name.
@@ -34,6 +38,11 @@ var appendBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025
 // are safe for concurrent use, and a nil *Metrics records nothing.
 type Metrics struct {
 	reg *prometheus.Registry
+	// ready is the process's readiness checks, served at /readyz beside
+	// the metrics.
+	ready *health.Checks
+	// build is set once BuildInfo registered paddock_build_info.
+	build atomic.Bool
 
 	ops         *prometheus.CounterVec
 	opSeconds   *prometheus.HistogramVec
@@ -42,13 +51,17 @@ type Metrics struct {
 	placements  *prometheus.CounterVec
 	rejections  *prometheus.CounterVec
 	objectBytes *prometheus.CounterVec
+	egress      *prometheus.CounterVec
+	poolClaims  *prometheus.CounterVec
+	snapBytes   *prometheus.CounterVec
 }
 
 // New returns collectors registered in a fresh registry, with the Go
 // runtime and process collectors beside them.
 func New() *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		reg:   prometheus.NewRegistry(),
+		ready: health.New(),
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "node", Name: "ops_total",
 			Help: "Operations a node performed, by op, runtime, outcome (ok, failed, error) and error code (empty unless outcome is error).",
@@ -79,9 +92,21 @@ func New() *Metrics {
 			Namespace: Namespace, Subsystem: "objectstore", Name: "bytes_total",
 			Help: "Bytes moved to (in) and from (out) the object store, by kind (snapshot, transfer).",
 		}, []string{"direction", "kind"}),
+		egress: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "egress", Name: "decisions_total",
+			Help: "Connections sandboxes asked the egress proxy for, by decision (allowed, refused); refused ones over a session's record budget included.",
+		}, []string{"decision"}),
+		poolClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "node", Name: "pool_claims_total",
+			Help: "Sessions a node made from a warm-pool sandbox, by image.",
+		}, []string{"image"}),
+		snapBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "snapshot", Name: "bytes_total",
+			Help: "Workspace bytes of the snapshots a node persisted, by kind: stored (chunk bytes written to the object store, compressed if so) and deduplicated (bytes of the snapshots' files whose chunks the store already held, not written again).",
+		}, []string{"kind"}),
 	}
-	m.reg.MustRegister(m.ops, m.opSeconds, m.appends, m.appendSecs, m.placements, m.rejections, m.objectBytes,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.ops, m.opSeconds, m.appends, m.appendSecs, m.placements, m.rejections, m.objectBytes, m.egress, m.poolClaims, m.snapBytes,
+		readyCollector{m.ready}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -92,6 +117,15 @@ func (m *Metrics) Registry() *prometheus.Registry {
 		return nil
 	}
 	return m.reg
+}
+
+// Ready returns the process's readiness checks, which the metrics server
+// answers /readyz with (nil for a nil Metrics: Add on it does nothing).
+func (m *Metrics) Ready() *health.Checks {
+	if m == nil {
+		return nil
+	}
+	return m.ready
 }
 
 // Handler serves the registry in the Prometheus exposition formats.
@@ -143,4 +177,58 @@ func (m *Metrics) ObjectBytes(direction, kind string, n int64) {
 		return
 	}
 	m.objectBytes.WithLabelValues(direction, kind).Add(float64(n))
+}
+
+// Egress records one connection a sandbox asked the egress proxy for:
+// allowed or refused.
+func (m *Metrics) Egress(allowed bool) {
+	if m == nil {
+		return
+	}
+	decision := "refused"
+	if allowed {
+		decision = "allowed"
+	}
+	m.egress.WithLabelValues(decision).Inc()
+}
+
+// PoolClaim records a session made from a warm-pool sandbox of image.
+func (m *Metrics) PoolClaim(image string) {
+	if m == nil {
+		return
+	}
+	m.poolClaims.WithLabelValues(image).Inc()
+}
+
+// Snapshot records one persisted snapshot: stored bytes written to the
+// object store, deduplicated bytes of its files not written again because
+// the store held their chunks.
+func (m *Metrics) Snapshot(stored, deduplicated int64) {
+	if m == nil {
+		return
+	}
+	// Both series exist from the first snapshot on, zero or not.
+	m.snapBytes.WithLabelValues("stored").Add(float64(max(stored, 0)))
+	m.snapBytes.WithLabelValues("deduplicated").Add(float64(max(deduplicated, 0)))
+}
+
+var readyDesc = prometheus.NewDesc(Namespace+"_ready_check",
+	"1 when a readiness check of /readyz passes at this scrape, else 0, by check.", []string{"check"}, nil)
+
+// readyCollector runs the readiness checks at every scrape, so that
+// Prometheus sees what /readyz would answer (paddock_ready_check).
+type readyCollector struct{ checks *health.Checks }
+
+func (c readyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- readyDesc }
+
+func (c readyCollector) Collect(ch chan<- prometheus.Metric) {
+	// A scrape carries no context; each check is bounded by health.Timeout.
+	rep := c.checks.Run(context.Background())
+	for name, res := range rep.Checks {
+		v := 0.0
+		if res == "ok" {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, v, name)
+	}
 }

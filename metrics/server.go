@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/health"
 )
 
 // CheckAddr checks a --metrics-addr: host:port with a numeric port, the
@@ -40,8 +41,9 @@ func CheckAddr(addr string, allowRemote bool) error {
 	return nil
 }
 
-// Server serves a Metrics registry over HTTP at /metrics. Start it, then
-// Close it.
+// Server serves a Metrics registry over HTTP at /metrics, with /healthz
+// (the process is alive) and /readyz (its readiness checks, Metrics.Ready)
+// beside it. Start it, then Close it.
 type Server struct {
 	addr   string
 	m      *Metrics
@@ -72,6 +74,8 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.m.Handler())
+	mux.Handle("/healthz", health.Healthz())
+	mux.Handle("/readyz", s.m.Ready().Readyz())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	s.mu.Lock()

@@ -7,12 +7,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// NodeState is what a node holds at a scrape: its sessions by status and
-// its processes by state (running, exited).
+// NodeState is what a node holds at a scrape: its sessions by status,
+// its processes by state (running, exited) and its ready warm-pool
+// sandboxes by image.
 type NodeState struct {
 	Node      string
 	Sessions  map[string]int
 	Processes map[string]int
+	Pools     map[string]int
 }
 
 // NodeView is one node as the scheduler sees it.
@@ -32,6 +34,8 @@ var (
 		"Sessions a node holds, by status.", []string{"node", "status"}, nil)
 	processesDesc = prometheus.NewDesc(Namespace+"_node_processes",
 		"Processes of a node's sessions, by state (running, exited and not yet collected).", []string{"node", "state"}, nil)
+	poolReadyDesc = prometheus.NewDesc(Namespace+"_node_pool_ready",
+		"Warm-pool sandboxes a node holds ready to claim, by image.", []string{"node", "image"}, nil)
 	capacityDesc = prometheus.NewDesc(Namespace+"_scheduler_node_capacity",
 		"Most sessions a node takes, as its last heartbeat said.", []string{"node"}, nil)
 	nodeSessionsDesc = prometheus.NewDesc(Namespace+"_scheduler_node_sessions",
@@ -67,7 +71,7 @@ func (m *Metrics) WatchNode(state func() NodeState) error {
 		return nil
 	}
 	return m.reg.Register(funcCollector{
-		descs: []*prometheus.Desc{sessionsDesc, processesDesc},
+		descs: []*prometheus.Desc{sessionsDesc, processesDesc, poolReadyDesc},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := state()
 			for status, n := range s.Sessions {
@@ -75,6 +79,9 @@ func (m *Metrics) WatchNode(state func() NodeState) error {
 			}
 			for st, n := range s.Processes {
 				ch <- prometheus.MustNewConstMetric(processesDesc, prometheus.GaugeValue, float64(n), s.Node, st)
+			}
+			for img, n := range s.Pools {
+				ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(n), s.Node, img)
 			}
 		},
 	})

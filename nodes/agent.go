@@ -408,17 +408,9 @@ func (a *Agent) respond(m *nats.Msg, data []byte) {
 	}
 }
 
-func (a *Agent) info() Info {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	status := "up"
-	if a.draining {
-		status = "draining"
-	}
-	tenants := map[string]int{}
-	for _, s := range a.sessions {
-		tenants[s.tenant]++
-	}
+// poolFree is the ready warm-pool sandboxes of the node's runtimes by
+// image (nil when none keeps a pool). The runtimes map is fixed after New.
+func (a *Agent) poolFree() map[string]int {
 	var pools map[string]int
 	for _, rt := range a.runtimes {
 		if p, ok := rt.(interface{ PoolFree() map[string]int }); ok {
@@ -430,6 +422,21 @@ func (a *Agent) info() Info {
 			}
 		}
 	}
+	return pools
+}
+
+func (a *Agent) info() Info {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	status := "up"
+	if a.draining {
+		status = "draining"
+	}
+	tenants := map[string]int{}
+	for _, s := range a.sessions {
+		tenants[s.tenant]++
+	}
+	pools := a.poolFree()
 	return Info{
 		Node: a.cfg.ID, Runtimes: a.order, Capacity: a.cfg.Capacity, Sessions: len(a.sessions),
 		Tenants: tenants, Labels: a.cfg.Labels, Status: status, TS: time.Now().UTC(), SigningKey: a.log.SigningKey(),

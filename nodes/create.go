@@ -175,9 +175,13 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 		}
 		s.setStatus(projection.StatusRunning)
 		st := string(projection.StatusRunning)
+		m := made(sb)
+		if m.Pooled {
+			a.cfg.Metrics.PoolClaim(spec.Image)
+		}
 		return outcome{
 			result: commands.CreateResult{SessionID: p.SessionID, Node: a.cfg.ID, Runtime: rtName, Status: st},
-			data:   events.StatusFinish{Status: st, ContainerID: containerID(sb), Made: made(sb)},
+			data:   events.StatusFinish{Status: st, ContainerID: containerID(sb), Made: m},
 		}, nil
 	}
 	return a.handle(ctx, c)

@@ -266,6 +266,7 @@ type egressRecorder struct {
 // allowed connection waits for the budget; a refused one over it is run
 // (refused) and counted.
 func (r *egressRecorder) record(ctx context.Context, d egress.Decision, run func(context.Context) (egress.Traffic, error)) {
+	r.a.cfg.Metrics.Egress(d.Allowed)
 	if !d.Allowed && !r.lim.Allow() {
 		r.unrecorded.Add(1)
 		_, _ = run(ctx)

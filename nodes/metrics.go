@@ -43,7 +43,7 @@ func (a *Agent) metricsState() metrics.NodeState {
 		held = append(held, s)
 	}
 	a.mu.Unlock()
-	st := metrics.NodeState{Node: a.cfg.ID, Sessions: map[string]int{}, Processes: map[string]int{"running": 0, "exited": 0}}
+	st := metrics.NodeState{Node: a.cfg.ID, Sessions: map[string]int{}, Processes: map[string]int{"running": 0, "exited": 0}, Pools: a.poolFree()}
 	for _, s := range held {
 		st.Sessions[string(s.getStatus())]++
 		for _, p := range s.procs.list() {

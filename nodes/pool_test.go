@@ -126,6 +126,13 @@ type poolNode struct {
 // sandboxes ready, and returns without waiting for them.
 func startPoolNode(t *testing.T, prefix string, size int) *poolNode {
 	t.Helper()
+	return startPoolNodeWith(t, prefix, size, nodes.Config{})
+}
+
+// startPoolNodeWith is startPoolNode with cfg's node settings (its ID and
+// heartbeat are the helper's).
+func startPoolNodeWith(t *testing.T, prefix string, size int, cfg nodes.Config) *poolNode {
+	t.Helper()
 	pn := &poolNode{image: testenv.SandboxBaseImage(t), node: prefix + "-" + uuid.NewString()[:8]}
 	pn.rt = dockerRuntime(t, pn.node)
 	pn.st = testenv.StartStack(t, testenv.StackOptions{NoNode: true})
@@ -133,7 +140,8 @@ func startPoolNode(t *testing.T, prefix string, size int) *poolNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pn.rt.Close() })
-	startAgent(t, pn.st, nodes.Config{ID: pn.node, HeartbeatInterval: 100 * time.Millisecond}, pn.rt)
+	cfg.ID, cfg.HeartbeatInterval = pn.node, 100*time.Millisecond
+	startAgent(t, pn.st, cfg, pn.rt)
 	return pn
 }
 

@@ -253,6 +253,10 @@ func (a *Agent) storeChunks(ctx context.Context, s *session, store *objectstore.
 	}
 	counts.Chunks = len(m.ChunkSet())
 	counts.Uploaded, counts.UploadedBytes = st.Uploaded, st.UploadedBytes
+	// Deduplicated: the workspace's file bytes whose chunks were not
+	// written (the store held them, or this snapshot had them twice).
+	_, _, total := m.Stats()
+	a.cfg.Metrics.Snapshot(st.UploadedBytes, total-st.UploadedRaw)
 	counts.Skipped = counts.Chunks - st.Uploaded
 	return m, counts, nil
 }

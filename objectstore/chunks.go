@@ -278,6 +278,9 @@ type ChunkStats struct {
 	UploadedBytes int64 `json:"uploaded_bytes"`
 	// Skipped is the chunks the store already held.
 	Skipped int `json:"skipped"`
+	// UploadedRaw is the uploaded chunks' bytes before compression (for
+	// the node's metrics; not recorded).
+	UploadedRaw int64 `json:"-"`
 }
 
 // Uploader stores a tenant's chunks with bounded parallelism. Each upload
@@ -354,6 +357,7 @@ func (u *Uploader) Put(digest string, data []byte) error {
 		default:
 			u.stats.Uploaded++
 			u.stats.UploadedBytes += stored
+			u.stats.UploadedRaw += int64(len(data))
 		}
 	}()
 	return nil

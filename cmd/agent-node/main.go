@@ -238,7 +238,11 @@ func runNode(ctx context.Context, f *nodeFlags, stderr io.Writer) error {
 				}
 				lc.Append(fx.Hook{OnStart: w.Start, OnStop: w.Close})
 				disks = w
+				if err := metricsflags.WatchDisks(met, w); err != nil {
+					return err
+				}
 			}
+			metricsflags.ReadyJetStream(met, js)
 			agent, err := nodes.New(nc, events.NewLog(js, "", ""), nodes.Config{
 				ID: cfg.id, Capacity: cfg.capacity, Labels: labels, Capture: nodes.Capture{Limit: cfg.capture},
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,

@@ -33,6 +33,7 @@ func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 			if err := cfg.metrics.WatchProjector(p.Lag); err != nil {
 				return err
 			}
+			watchProjector(cfg.metrics, p)
 			plan := provision.Plan{Replicas: cfg.replicas, Asked: asked, Embedded: c.maxStore}
 			lc.Append(fx.Hook{
 				// The buckets get their limits before the projector's

@@ -246,6 +246,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 			lc.Append(fx.Hook{OnStart: mon.Start, OnStop: mon.Close})
 			lc.Append(fx.StartStopHook(sch.Start, sch.Close))
+			if err := watchCluster(cfg.metrics, js, sch, c.maxStore, cfg.nodeID, !cfg.noLocalNode); err != nil {
+				return err
+			}
 			if cfg.gcEvery > 0 {
 				var sw *retention.Sweeper
 				lc.Append(fx.Hook{
@@ -318,6 +321,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				}
 				lc.Append(fx.Hook{OnStart: w.Start, OnStop: w.Close})
 				disks = w
+				if err := metricsflags.WatchDisks(cfg.metrics, w); err != nil {
+					return err
+				}
 			}
 			if cfg.noLocalNode {
 				return nil

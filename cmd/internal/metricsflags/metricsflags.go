@@ -6,10 +6,12 @@ package metricsflags
 
 import (
 	"log/slog"
+	"runtime/debug"
 
 	flag "github.com/spf13/pflag"
 	"go.uber.org/fx"
 
+	"github.com/paddock-dev/paddock/cmd/internal/buildinfo"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/metrics"
 )
@@ -40,7 +42,26 @@ func (f *Flags) Open() (*metrics.Metrics, error) {
 	if err := metrics.CheckAddr(f.addr, f.allowRemote); err != nil {
 		return nil, err
 	}
-	return metrics.New(), nil
+	m := metrics.New()
+	if err := m.BuildInfo(buildinfo.Version(), revision()); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// revision is the VCS commit the binary was built from ("" when the build
+// did not stamp one: go build -buildvcs=false, or outside a checkout).
+func revision() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			return s.Value
+		}
+	}
+	return ""
 }
 
 // Serve serves m on --metrics-addr from the start of lc to its stop; it
