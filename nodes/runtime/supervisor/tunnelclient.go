@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/paddock-dev/paddock/errcode"
 )
@@ -140,7 +141,8 @@ type tunnelConn struct {
 	inner  *net.UnixConn
 	port   int
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	pumps  sync.WaitGroup // up and down
+	wg     sync.WaitGroup // Close's linger
 	once   sync.Once
 }
 
@@ -154,8 +156,8 @@ func newTunnelConn(st *Stream, port int) (net.Conn, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background()) // the pumps' life; Close ends it
 	t := &tunnelConn{UnixConn: outer, st: st, inner: inner, port: port, cancel: cancel}
-	t.wg.Go(func() { t.up(ctx) })
-	t.wg.Go(func() { t.down(ctx) })
+	t.pumps.Go(func() { t.up(ctx) })
+	t.pumps.Go(func() { t.down(ctx) })
 	return t, nil
 }
 
@@ -234,14 +236,32 @@ func (t *tunnelConn) down(ctx context.Context) {
 	}
 }
 
-// Close closes the connection, cancels its stream and stops its pumps.
+// closeLinger bounds how long a closed tunnel connection goes on
+// delivering what its caller wrote before the Close (and waiting for the
+// sandbox's end to finish) before its stream is abandoned.
+const closeLinger = 5 * time.Second
+
+// Close closes the connection as TCP's close does: what was written
+// before it is still delivered, then the sandbox's end sees EOF. The
+// pumps end when the stream does, and within closeLinger at most (then
+// the stream is abandoned).
 func (t *tunnelConn) Close() error {
 	err := t.UnixConn.Close()
 	t.once.Do(func() {
-		t.cancel()
-		t.st.Abandon()
-		t.inner.Close()
-		t.wg.Wait()
+		t.wg.Go(func() { // ends within closeLinger
+			done := make(chan struct{})
+			go func() { t.pumps.Wait(); close(done) }() // ends with the pumps, which the abandon below ends
+			timer := time.NewTimer(closeLinger)
+			defer timer.Stop()
+			select {
+			case <-done:
+			case <-timer.C:
+			}
+			t.cancel()
+			t.st.Abandon()
+			t.inner.Close()
+			<-done
+		})
 	})
 	return err
 }
