@@ -92,3 +92,23 @@ func TestGVisorNode(t *testing.T) {
 		}
 	}
 }
+
+// TestGVisorNodeProcesses is TestProcesses (an interactive shell on a
+// terminal, ^C, resizes, floods, signals, secrets) on the gvisor runtime
+// through a real node.
+func TestGVisorNodeProcesses(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	node := "gvprocs-" + uuid.NewString()[:8]
+	rt := gvisorRuntime(t, node)
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	startAgent(t, st, nodes.Config{ID: node, ProcBufferBytes: 64 << 10, MaxProcesses: 4}, rt)
+	ctx := testenv.Context(t, 3*time.Minute)
+	cr, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "gvisor", Image: image, SecretEnv: map[string]string{"TOKEN": "hunter22"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testProcesses(t, ctx, st, cr.SessionID, node)
+	if err := st.Client.Delete(ctx, cr.SessionID); err != nil {
+		t.Fatal(err)
+	}
+}
