@@ -26,8 +26,9 @@ func gvisorRuntime(t *testing.T, node string) *docker.Runtime {
 // TestGVisorNode: a node serving the gvisor runtime advertises it, creates
 // sessions that report it and run on gVisor's kernel, persists and
 // restores their workspace, reattaches them after a restart, and refuses
-// with policy_denied what gVisor's netstack cannot serve: a network, an
-// egress allow list, exposed ports.
+// with policy_denied what gVisor's netstack cannot serve here: a network
+// of the sandbox's own (TestGVisorEgressAndPorts has the allow list and
+// exposed ports, which the supervisor tunnels).
 func TestGVisorNode(t *testing.T) {
 	image := testenv.SandboxBaseImage(t)
 	node := "gvisor-" + uuid.NewString()[:8]
@@ -57,9 +58,8 @@ func TestGVisorNode(t *testing.T) {
 	}
 
 	for what, spec := range map[string]commands.CreateArgs{
-		"network":       {Runtime: "gvisor", Image: image, Network: true},
-		"allow list":    {Runtime: "gvisor", Image: image, Egress: &commands.Egress{Mode: egress.ModeAllow, Allow: []string{"example.com:443"}}},
-		"exposed ports": {Runtime: "gvisor", Image: image, ExposedPorts: []int{8080}},
+		"network":     {Runtime: "gvisor", Image: image, Network: true},
+		"egress open": {Runtime: "gvisor", Image: image, Egress: &commands.Egress{Mode: egress.ModeOpen}},
 	} {
 		if _, err := st.Client.Create(ctx, spec); !errors.Is(err, errcode.ErrPolicyDenied) {
 			t.Errorf("create with %s: %v; want policy_denied", what, err)
@@ -90,5 +90,25 @@ func TestGVisorNode(t *testing.T) {
 		if err := st.Client.Shutdown(ctx, id); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestGVisorNodeProcesses is TestProcesses (an interactive shell on a
+// terminal, ^C, resizes, floods, signals, secrets) on the gvisor runtime
+// through a real node.
+func TestGVisorNodeProcesses(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	node := "gvprocs-" + uuid.NewString()[:8]
+	rt := gvisorRuntime(t, node)
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	startAgent(t, st, nodes.Config{ID: node, ProcBufferBytes: 64 << 10, MaxProcesses: 4}, rt)
+	ctx := testenv.Context(t, 3*time.Minute)
+	cr, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "gvisor", Image: image, SecretEnv: map[string]string{"TOKEN": "hunter22"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testProcesses(t, ctx, st, cr.SessionID, node)
+	if err := st.Client.Delete(ctx, cr.SessionID); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -22,8 +22,9 @@ import (
 // runc. Docker must know runsc under Config.GVisor, with the runtime
 // arguments GVisorRuntimeArgs (see package gvisorsetup, which registers
 // it). gVisor runs with no network stack (--network=none): a gvisor
-// sandbox has a loopback only, so it is refused a network, an egress
-// allow list and exposed ports (all policy_denied).
+// sandbox has a loopback only, so it is refused a network
+// (policy_denied); its exposed ports and its egress proxy are tunnelled
+// through its supervisor (gvisor_tunnel.go).
 const (
 	// NameGVisor is the gvisor runtime's name (Runtime.Name, the
 	// runtime a create names and a sandbox reports).
@@ -65,7 +66,7 @@ func (r *Runtime) gvisorOptions(spec runtime.Spec, c *created) error {
 		return nil
 	}
 	if spec.Network {
-		return errcode.New(errcode.PolicyDenied, "the gvisor runtime gives sandboxes no network (runsc --network=none); use the docker runtime")
+		return errcode.New(errcode.PolicyDenied, "the gvisor runtime gives sandboxes no network of their own (runsc --network=none: gVisor's network stack cannot run in Docker's network namespaces here); use egress mode allow with an allow list (served through the sandbox's supervisor), or the docker runtime")
 	}
 	c.host.Runtime = r.cfg.GVisor
 	c.config.Labels[LabelRuntime] = NameGVisor
@@ -90,26 +91,9 @@ func GVisorPids(pids int64) int64 { return 4*pids + 128 }
 // and file operations must go through the supervisor.
 var errGVisorSupervisor = errors.New("docker: the gvisor runtime needs the in-sandbox supervisor (under runsc a Docker API exec outlives its container's stop); do not turn --supervisor off")
 
-// errGVisorPorts refuses what needs the sandbox's network namespace, which
-// gVisor's own network stack does not use.
-func errGVisorPorts(what string) error {
-	return errcode.New(errcode.PolicyDenied, "the gvisor runtime cannot serve %s: gVisor's network stack is not the container's network namespace; use the docker runtime", what)
-}
-
-// gvisorProcess refuses a process with a terminal on gvisor: gVisor's
-// terminal (2022-12-19) never ends its output when its processes are gone
-// and does not turn ^C into SIGINT, so neither the end of such a process
-// nor its interrupt key could be served.
-func (r *Runtime) gvisorProcess(spec runtime.ProcessSpec) error {
-	if r.isGVisor() && spec.TTY {
-		return errcode.New(errcode.PolicyDenied, "the gvisor runtime serves no processes with a terminal (gVisor's terminal does not end its output or deliver ^C); start it without tty, or use the docker runtime")
-	}
-	return nil
-}
-
 // ForwardsPorts reports whether the node can reach the runtime's
-// sandboxes' ports (not on gvisor).
-func (r *Runtime) ForwardsPorts() bool { return !r.isGVisor() }
+// sandboxes' ports (on gvisor, through their supervisors).
+func (r *Runtime) ForwardsPorts() bool { return true }
 
 // GVisorProblem is why gVisor cannot run sandboxes on an engine, and what
 // to do about it.

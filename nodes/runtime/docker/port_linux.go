@@ -23,10 +23,11 @@ import (
 // to the container's namespace; only the dialling thread enters it, for
 // the length of the dial. It needs the node to run in the host's PID
 // namespace with CAP_SYS_ADMIN (a node on the host, as root); otherwise a
-// sandbox with a network is dialled at its address on that network.
+// sandbox with a network is dialled at its address on that network. On
+// gvisor the sandbox's supervisor dials it inside (gvisor_tunnel.go).
 func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if s.r.isGVisor() {
-		return nil, errGVisorPorts("exposed ports")
+		return s.gvisorDialPort(ctx, port)
 	}
 	c, err := s.running(ctx)
 	if err != nil {
@@ -76,10 +77,12 @@ func dialInNetns(ctx context.Context, pid, port int) (net.Conn, error) {
 // to the container's namespace (its loopback, the only interface a
 // sandbox without a network has), and the node accepts on it from its
 // own. It needs what DialPort's namespace path needs; there is no
-// fallback (an allow list the node cannot serve is refused).
+// fallback (an allow list the node cannot serve is refused). On gvisor
+// the sandbox's supervisor listens inside and tunnels each connection to
+// the node (gvisor_tunnel.go).
 func (s *Sandbox) ListenEgress(ctx context.Context, port int) (net.Listener, error) {
 	if s.r.isGVisor() {
-		return nil, errGVisorPorts("an egress allow list")
+		return s.gvisorListenEgress(ctx, port)
 	}
 	c, err := s.running(ctx)
 	if err != nil {
@@ -127,8 +130,9 @@ func inNetns(pid int, fn func() error) error {
 }
 
 // EnforcesEgress says that the runtime's sandboxes can be served an
-// egress proxy (Linux: in their network namespaces; not on gvisor).
-func (r *Runtime) EnforcesEgress() bool { return !r.isGVisor() }
+// egress proxy (Linux: in their network namespaces; on gvisor, through
+// their supervisors).
+func (r *Runtime) EnforcesEgress() bool { return true }
 
 // SandboxNetworks returns the subnets of the network sandboxes with an
 // open network join (Docker's default bridge): no egress policy reaches

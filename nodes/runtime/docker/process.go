@@ -72,9 +72,6 @@ func (s *Sandbox) StartProcess(ctx context.Context, spec runtime.ProcessSpec) (r
 	if err := s.checkNotGone("process"); err != nil {
 		return nil, err
 	}
-	if err := s.r.gvisorProcess(spec); err != nil {
-		return nil, err
-	}
 	return s.ops(spec.User).startProcess(ctx, spec)
 }
 

@@ -1,10 +1,13 @@
 package local
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -55,3 +58,65 @@ func (s *Sandbox) checkParents(rel string) error {
 	}
 	return nil
 }
+
+// gvisorVersion is the version (uname -v) gVisor's kernel reports.
+const gvisorVersion = "#1 SMP Sun Jan 10 15:06:54 PST 2016"
+
+// OnGVisor reports whether this process runs on gVisor's kernel (release
+// 4.4.0 with gVisor's version string), whose terminals differ from
+// Linux's: a pty master never reads EIO once its process is gone, and ^C
+// typed on it does not interrupt the foreground. Checked once.
+var OnGVisor = sync.OnceValue(func() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	return unix.ByteSliceToString(u.Release[:]) == "4.4.0" && unix.ByteSliceToString(u.Version[:]) == gvisorVersion
+})
+
+// readTerminal reads a pty master on gVisor (see OnGVisor): it polls the
+// master, and once the process has been reaped (which kills what was left
+// in its session, so nothing holds the terminal any more) a poll that
+// finds nothing to read is the end of the output, as EIO is on Linux.
+func (p *process) readTerminal(b []byte) (int, error) {
+	sc, err := p.out.SyscallConn()
+	if err != nil {
+		return 0, io.EOF // closed
+	}
+	for {
+		reaped := false
+		select {
+		case <-p.exited:
+			reaped = true
+		default:
+		}
+		var n int
+		var ready bool
+		var rerr error
+		cerr := sc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if _, err := unix.Poll(fds, int(terminalPoll/time.Millisecond)); err != nil {
+				return // EINTR: poll again
+			}
+			if fds[0].Revents&(unix.POLLIN|unix.POLLHUP|unix.POLLERR) != 0 {
+				ready = true
+				n, rerr = unix.Read(int(fd), b)
+			}
+		})
+		switch {
+		case cerr != nil: // the master was closed
+			return 0, io.EOF
+		case ready && n > 0:
+			return n, nil
+		case ready && errors.Is(rerr, unix.EAGAIN):
+			continue
+		case ready: // EIO, or the end
+			return 0, io.EOF
+		case reaped:
+			return 0, io.EOF
+		}
+	}
+}
+
+// terminalPoll is how long readTerminal waits in one poll.
+const terminalPoll = 100 * time.Millisecond

@@ -162,8 +162,12 @@ func (p *process) Changes() *commands.Changes {
 }
 
 // Read reads the process's output; the end of it (a pty master reads EIO
-// once every holder of the terminal is gone) is io.EOF.
+// once every holder of the terminal is gone; on gVisor, see readTerminal)
+// is io.EOF.
 func (p *process) Read(b []byte) (int, error) {
+	if p.tty && OnGVisor() {
+		return p.readTerminal(b)
+	}
 	n, err := p.out.Read(b)
 	if err != nil && (errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrClosed)) {
 		err = io.EOF

@@ -32,6 +32,13 @@
 // supervisor ends the stream with a Result. The node pings; a supervisor
 // silent for Options.Silence is given up.
 //
+// # Tunnels
+//
+// The dial, listen and accept calls carry TCP between the node and the
+// sandbox's loopback (tunnel.go, tunnelclient.go): the gvisor runtime's
+// exposed ports and egress proxy go through them, since the node cannot
+// enter gVisor's network stack as it enters a container's namespace.
+//
 // # Trust
 //
 // The sandbox's code runs as the supervisor's user: it can kill the

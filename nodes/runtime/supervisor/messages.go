@@ -15,6 +15,13 @@ const (
 	OpMkdir     = "mkdir"
 	OpProcess   = "proc"
 	OpConfigure = "configure"
+	// OpDial, OpListen and OpAccept tunnel TCP between the node and the
+	// sandbox's loopback (see tunnel.go): a dial to a port the sandbox
+	// listens on, a listener the sandbox connects to, and one connection
+	// accepted on it.
+	OpDial   = "dial"
+	OpListen = "listen"
+	OpAccept = "accept"
 )
 
 // CallMsg opens a stream: one operation and its arguments.
@@ -35,6 +42,8 @@ type CallMsg struct {
 	Mode      uint32 `json:"mode,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
 	Parents   bool   `json:"parents,omitempty"`
+	// dial, listen and accept: a TCP port on the sandbox's loopback
+	Port int `json:"port,omitempty"`
 	// Changes (exec, proc, write, rm, mkdir) asks for what the call
 	// changed in the workspace, in its Result; an older supervisor
 	// ignores it.

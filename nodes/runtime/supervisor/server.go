@@ -28,6 +28,8 @@ type Server struct {
 
 	mu sync.Mutex // guards sb
 	sb *local.Sandbox
+
+	tunnels tunnels // the loopback listeners the node asked for
 }
 
 // NewServer opens the workspace cfg names. Errors: as local.Open's.
@@ -177,6 +179,8 @@ func (srv *Server) handle(s *Stream, payload []byte) {
 		res, err = srv.process(ctx, sb, s, call)
 	case OpConfigure:
 		err = srv.configure(call.Env)
+	case OpDial, OpListen, OpAccept:
+		err = srv.tunnel(ctx, s, call)
 	default:
 		err = errcode.New(errcode.UnknownOp, "supervisor: unknown op %q", call.Op)
 	}
@@ -258,7 +262,8 @@ func (srv *Server) process(ctx context.Context, sb *local.Sandbox, s *Stream, ca
 	defer wg.Wait()
 	inCtx, stopIn := context.WithCancel(ctx)
 	defer stopIn()
-	wg.Go(func() { pumpIn(inCtx, s, p) })
+	term := call.TTY && local.OnGVisor() // see terminal.go
+	wg.Go(func() { pumpIn(inCtx, s, p, term) })
 	if _, err := io.Copy(s.Writer(ctx, Data), p); err != nil {
 		return ResultMsg{}, err
 	}
@@ -270,8 +275,9 @@ func (srv *Server) process(ctx context.Context, sb *local.Sandbox, s *Stream, ca
 	return res, err
 }
 
-// pumpIn applies what the node sends to a process until ctx ends.
-func pumpIn(ctx context.Context, s *Stream, p runtime.Process) {
+// pumpIn applies what the node sends to a process until ctx ends; term
+// says the supervisor makes up for gVisor's terminal (terminal.go).
+func pumpIn(ctx context.Context, s *Stream, p runtime.Process, term bool) {
 	for {
 		f, err := s.Recv(ctx)
 		if err != nil {
@@ -279,6 +285,10 @@ func pumpIn(ctx context.Context, s *Stream, p runtime.Process) {
 		}
 		switch f.Type {
 		case Data:
+			if term {
+				writeTerminal(p, f.Payload)
+				continue
+			}
 			_, _ = p.Write(f.Payload)
 		case EOF:
 			_ = p.CloseStdin()
