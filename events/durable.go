@@ -39,6 +39,10 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 	if opts.Name == "" {
 		return errcode.New(errcode.InvalidRequest, "durable consumer needs a name")
 	}
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return err
+	}
 	stream := l.readStream()
 	if stream == "" {
 		return errcode.New(errcode.InvalidRequest, "durable consumer %s: the log has %d partitions; read each through Partition(k)", opts.Name, l.Partitions())

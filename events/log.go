@@ -24,19 +24,34 @@ type Log struct {
 	signerKey string
 	// part is the one partition this log reads (Partition), or -1.
 	part int
+	// disc learns the deployment's partitions on first use (NewLog); nil
+	// once they are known (OpenLog, WithPartitions).
+	disc *discovery
 }
 
 // NewLog returns a Log on the named stream (DefaultStream when empty) with
-// subjects under prefix (default sbx).
+// subjects under prefix (default sbx). It learns how many partitions the
+// deployment has on its first use (see partition.go); until then, and on
+// an unpartitioned deployment, it is the one stream.
 func NewLog(js jetstream.JetStream, stream, prefix string) *Log {
 	if stream == "" {
 		stream = DefaultStream
 	}
-	return &Log{js: js, stream: stream, subjects: Subjects{Prefix: prefix}, part: -1}
+	return &Log{js: js, stream: stream, subjects: Subjects{Prefix: prefix}, part: -1, disc: &discovery{}}
 }
 
-// Subjects returns the log's subject builder.
-func (l *Log) Subjects() Subjects { return l.subjects }
+// Subjects returns the log's subject builder: for as many partitions as
+// the log knows of (a log of NewLog learns them on its first use; Read
+// takes an unpartitioned filter on a partitioned log too).
+func (l *Log) Subjects() Subjects {
+	s := l.subjects
+	if l.disc != nil {
+		l.disc.mu.Lock()
+		s.Partitions = max(s.Partitions, l.disc.n)
+		l.disc.mu.Unlock()
+	}
+	return s
+}
 
 // Append publishes a session event, but only if the last event of its
 // session in the stream has stream sequence expectLast (0: the session has
@@ -56,6 +71,10 @@ func (l *Log) Append(ctx context.Context, ev *Event, expectLast uint64) (uint64,
 // AppendRaw is Append for an event already encoded as data (callers that
 // post-process the JSON, such as redaction). ev supplies the subject and id.
 func (l *Log) AppendRaw(ctx context.Context, ev *Event, data []byte, expectLast uint64) (uint64, error) {
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return 0, err
+	}
 	hdr, err := l.SignatureHeader(data)
 	if err != nil {
 		return 0, err
@@ -79,6 +98,10 @@ func (l *Log) AppendRaw(ctx context.Context, ev *Event, data []byte, expectLast 
 
 // AppendNode publishes a node lifecycle event (no sequence guard).
 func (l *Log) AppendNode(ctx context.Context, ev *NodeEvent) error {
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return err
+	}
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("encode node event: %w", err)
@@ -153,6 +176,10 @@ type Tail struct {
 // Last returns the last event of a session; a session with no events gives
 // a zero Tail.
 func (l *Log) Last(ctx context.Context, tenant, session string) (Tail, error) {
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return Tail{}, err
+	}
 	s, err := l.js.Stream(ctx, l.streamOf(tenant, session))
 	if err != nil {
 		return Tail{}, errcode.Wrap(errcode.Unavailable, err, "events stream")
@@ -282,6 +309,10 @@ func (l *Log) namedConsumer(ctx context.Context, stream string, provision Provis
 // several partitions it reads every partition a filter can match (see
 // readPartitions): in order within each partition, so within each session.
 func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) error {
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return err
+	}
 	stream := l.readStream()
 	if stream == "" {
 		return l.readPartitions(ctx, opts, fn)
@@ -300,7 +331,6 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 		cfg.OptStartTime = &t
 	}
 	var cons jetstream.Consumer
-	var err error
 	if opts.Consumer != "" {
 		if len(cfg.FilterSubjects) != 1 {
 			return errcode.New(errcode.InvalidRequest, "a named events consumer takes one filter, not %d", len(cfg.FilterSubjects))

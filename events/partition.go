@@ -135,6 +135,7 @@ func (l *Log) WithPartitions(n int) *Log {
 	c := *l
 	c.subjects.Partitions = max(n, 1)
 	c.part = -1
+	c.disc = nil
 	return &c
 }
 
@@ -176,6 +177,7 @@ func (l *Log) readStream() string {
 // cannot be read.
 func OpenLog(ctx context.Context, js jetstream.JetStream, stream, prefix string) (*Log, error) {
 	l := NewLog(js, stream, prefix)
+	l.disc = nil
 	s, err := js.Stream(ctx, l.stream)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Unavailable, err, "events stream "+l.stream)
@@ -205,11 +207,27 @@ func partitionsOf(md map[string]string) (int, error) {
 
 // partitionFilters maps filters to the partitions they can match, each
 // filter rewritten for its partition: a filter naming a partition goes to
-// it alone, one with a wildcard partition (or <prefix>.pevt.>) to each.
+// it alone, one with a wildcard partition (or <prefix>.pevt.>) to each. An
+// unpartitioned filter (<prefix>.evt.<t>.<s>...) is read as the same
+// filter on the partitioned subjects: to the session's partition when it
+// names a tenant and session, else to each.
 func (s Subjects) partitionFilters(filters []string) map[int][]string {
 	out := map[int][]string{}
 	all := s.prefix() + ".pevt."
 	for _, f := range filters {
+		if rest, ok := strings.CutPrefix(f, s.prefix()+".evt."); ok {
+			if rest == ">" {
+				f = all + ">"
+			} else {
+				tok := strings.SplitN(rest, ".", 3)
+				if len(tok) >= 2 && literal(tok[0]) && literal(tok[1]) {
+					k := PartitionOf(tok[0], tok[1], s.parts())
+					out[k] = append(out[k], s.sessionRoot(k)+"."+rest)
+					continue
+				}
+				f = all + "*." + rest
+			}
+		}
 		if k, ok := s.filterPartition(f); ok {
 			out[k] = append(out[k], f)
 			continue
@@ -277,4 +295,47 @@ func (l *Log) readPartitions(ctx context.Context, opts ReadOptions, fn func(Msg)
 		return ctx.Err()
 	}
 	return err
+}
+
+// literal reports whether a filter token is no wildcard.
+func literal(tok string) bool { return tok != "*" && tok != ">" }
+
+// discovery is what a log made by NewLog learned of its deployment's
+// partitions, shared by the log's copies.
+type discovery struct {
+	mu sync.Mutex // guards n
+	n  int        // 0: not learned yet
+}
+
+// Resolve returns the log as its deployment is partitioned (see
+// resolved): a reader that works partition by partition (replay) calls
+// it before it asks Partitions. Its error is unavailable when the first
+// stream cannot be read.
+func (l *Log) Resolve(ctx context.Context) (*Log, error) { return l.resolved(ctx) }
+
+// resolved is the log as its deployment is partitioned: a log made by
+// NewLog reads the first stream's metadata on its first use (once; until
+// the stream exists it stays unpartitioned, as before partitions), so
+// every reader and writer agrees with the deployment without a flag.
+func (l *Log) resolved(ctx context.Context) (*Log, error) {
+	if l.disc == nil {
+		return l, nil
+	}
+	l.disc.mu.Lock()
+	defer l.disc.mu.Unlock()
+	if l.disc.n == 0 {
+		n, err := existingPartitions(ctx, l.js, l.stream)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return l, nil // no stream yet: what is done on it fails as before
+		}
+		l.disc.n = n
+	}
+	if l.disc.n == 1 {
+		return l, nil
+	}
+	c := l.WithPartitions(l.disc.n)
+	return c, nil
 }

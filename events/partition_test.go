@@ -331,3 +331,49 @@ func TestParsePartitioned(t *testing.T) {
 		t.Fatalf("round trip of %s: %+v %v", sub, ref, ok)
 	}
 }
+
+// TestNewLogLearnsPartitions: a log made by NewLog, as every reader and
+// writer made before partitions, learns the deployment's 4 partitions on
+// first use: its appends land in the session's partition, its reads with
+// unpartitioned filters find them, and a second writer is still refused.
+func TestNewLogLearnsPartitions(t *testing.T) {
+	b := testenv.StartBroker(t)
+	js := testenv.JetStream(t, testenv.Connect(t, b.ClientURL()))
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	log := events.NewLog(js, "", "")
+	seqs := map[string]uint64{}
+	for i := range 12 {
+		s := fmt.Sprintf("s%d", i)
+		at, err := log.Append(ctx, newEvent(s, 1, events.PhaseStart), 0)
+		if err != nil {
+			t.Fatalf("append %s: %v", s, err)
+		}
+		seqs[s] = at
+	}
+	if log.Subjects().Partitions != 4 {
+		t.Fatalf("after first use the log knows %d partitions, want 4", log.Subjects().Partitions)
+	}
+	if _, err := log.Append(ctx, newEvent("s0", 1, events.PhaseStart), 0); !errors.Is(err, errcode.ErrConcurrencyConflict) {
+		t.Fatalf("second creator: got %v, want concurrency_conflict", err)
+	}
+	// A fresh log reads with the filters of an unpartitioned one.
+	fresh := events.NewLog(js, "", "")
+	for s, at := range seqs {
+		var got []events.Msg
+		err := fresh.Read(ctx, events.ReadOptions{Filters: []string{"sbx.evt.t." + s + ".>"}}, func(m events.Msg) error {
+			got = append(got, m)
+			return nil
+		})
+		want := events.PartitionStream("", events.PartitionOf("t", s, 4))
+		if err != nil || len(got) != 1 || got[0].StreamSeq != at || got[0].Stream != want {
+			t.Fatalf("read %s: %d msgs (%+v), %v; want 1 at %s:%d", s, len(got), got, err, want, at)
+		}
+	}
+	n := 0
+	if err := events.NewLog(js, "", "").Read(ctx, events.ReadOptions{Filters: []string{"sbx.evt.t.*.exec.*"}}, func(events.Msg) error { n++; return nil }); err != nil || n != 12 {
+		t.Fatalf("read by op: %d events, %v; want 12", n, err)
+	}
+}
