@@ -317,6 +317,13 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 	if stream == "" {
 		return l.readPartitions(ctx, opts, fn)
 	}
+	if l.Partitions() > 1 && len(opts.Filters) > 0 {
+		// One partition of several: the filters as they apply to it.
+		opts.Filters = l.subjects.partitionFilters(opts.Filters)[l.part]
+		if len(opts.Filters) == 0 {
+			return nil // none matches in this partition
+		}
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters}
 	if len(cfg.FilterSubjects) == 0 {
 		cfg.FilterSubjects = []string{l.subjects.PartitionSessions(max(l.part, 0))}

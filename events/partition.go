@@ -37,7 +37,7 @@ import (
 // MaxPartitions bounds N: the node and auditor permissions name every
 // partition's stream (auth), and a partition is a Raft group on every
 // server that holds a replica.
-const MaxPartitions = 32
+const MaxPartitions = 16
 
 // PartitionsMetadata is the key in the first events stream's metadata that
 // holds the deployment's number of partitions ("1" when absent).

@@ -3,6 +3,8 @@ package projector
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -72,6 +74,20 @@ func (c Config) PartitionConfig(n, k int) Config {
 		c.Name = fmt.Sprintf("%s_p%d", c.Name, k)
 	}
 	return c
+}
+
+// NamePartition is the partition a projector of this name folds, as
+// PartitionConfig names it: k for a name ending in _p<k>, else 0.
+func NamePartition(name string) int {
+	i := strings.LastIndex(name, "_p")
+	if i < 0 {
+		return 0
+	}
+	k, err := strconv.Atoi(name[i+2:])
+	if err != nil || k < 1 || strconv.Itoa(k) != name[i+2:] {
+		return 0
+	}
+	return k
 }
 
 // Validate checks the config.

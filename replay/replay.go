@@ -37,6 +37,9 @@ type Result struct {
 	UpTo uint64
 	// Events counts the events folded.
 	Events uint64
+	// PartitionUpTo is, for a partitioned log, the stream sequence the
+	// rebuild stopped at in each partition (nil for one stream: UpTo).
+	PartitionUpTo []uint64
 }
 
 // Truncated reports whether a session's history starts after its first
@@ -88,6 +91,7 @@ func Rebuild(ctx context.Context, log *events.Log, opts Options) (Result, error)
 		all.LastSeq += res.LastSeq
 		all.UpTo += res.UpTo
 		all.Events += res.Events
+		all.PartitionUpTo = append(all.PartitionUpTo, res.UpTo)
 		if err != nil {
 			return all, err
 		}

@@ -70,8 +70,8 @@ type serveConfig struct {
 	// eventPartitions is the number of event partitions a new deployment
 	// gets (0: what the deployment has, 1 for a new one).
 	eventPartitions int
-	storage    storageFlags
-	disk       *diskflags.Flags
+	storage         storageFlags
+	disk            *diskflags.Flags
 	// diskLevels are the free-space thresholds the disk flags give.
 	diskLevels storage.Thresholds
 	// natsDebug and natsTrace turn on the embedded server's debug and
@@ -194,7 +194,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if err := events.ValidatePartitions(cfg.eventPartitions); err != nil {
-		return usageErr("--event-partitions: " + err.Error())
+		return usageErr("--event-partitions: %v", err)
 	}
 	if cfg.capture < 0 || cfg.tenantConcurrent < 0 || cfg.tenantSessions < 0 || cfg.tenantSessionsTotal < 0 || cfg.replicas < 0 {
 		return usageErr("--capture-output, --tenant-concurrency, --tenant-sessions, --tenant-sessions-total and --replicas take no negative numbers")
