@@ -91,7 +91,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	case n == 0:
 		n = cfg.Partitions
 	case cfg.Partitions != 0 && cfg.Partitions != n:
-		return nil, errcode.New(errcode.InvalidState, "the events stream %s has %d partitions, not %d: the number is fixed when the deployment is made (see engine events repartition in docs/operations.md)", cfg.Name, n, cfg.Partitions)
+		return nil, errcode.New(errcode.InvalidState, "the events stream %s has %d partitions, not %d: the number is fixed when the deployment is made (docs/scale.md says how to move a deployment to another number)", cfg.Name, n, cfg.Partitions)
 	}
 	// Partition 0 last: its metadata declares the others, which exist by then.
 	var first jetstream.Stream
