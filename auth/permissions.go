@@ -1,6 +1,10 @@
 package auth
 
-import "github.com/paddock-dev/paddock/commands"
+import (
+	"fmt"
+
+	"github.com/paddock-dev/paddock/commands"
+)
 
 // The names the permissions are written against. They are the defaults of
 // the events, objectstore and projector packages (auth does not import
@@ -12,7 +16,21 @@ const (
 	sessionsBucket = "sbx_sessions"
 	nodesBucket    = "sbx_nodes"
 	stateBucket    = "sbx_projector"
+	// maxPartitions is events.MaxPartitions: the permissions name the
+	// stream of every partition a deployment may have (a stream name is one
+	// token of an API subject, so no wildcard could name them alone).
+	maxPartitions = 16
 )
+
+// eventStreams are the streams of every event partition: SBX_EVENTS, then
+// SBX_EVENTS_1 .. SBX_EVENTS_<maxPartitions-1> (events.PartitionStream).
+func eventStreams() []string {
+	out := []string{eventsStream}
+	for k := 1; k < maxPartitions; k++ {
+		out = append(out, fmt.Sprintf("%s_%d", eventsStream, k))
+	}
+	return out
+}
 
 // SubjectPermission is an allow and a deny list of subjects, as nats-server
 // takes them.
@@ -43,6 +61,7 @@ func PermissionsOf(id Identity) *Permissions {
 			Publish: &SubjectPermission{
 				Allow: append([]string{
 					subjectPrefix + ".evt.>",               // session events (signed)
+					subjectPrefix + ".pevt.>",              // the same, on a partitioned deployment
 					subjectPrefix + ".nodeevt." + n + ".>", // its own node events
 					subjectPrefix + ".nodehb." + n,         // its heartbeat
 					"$O." + workspacesObj + ".>",           // snapshot chunks and metadata
@@ -68,17 +87,22 @@ func PermissionsOf(id Identity) *Permissions {
 		// only what a pull consumer needs.
 		c := id.Consumer()
 		api := "$JS.API.CONSUMER."
+		allow := []string{
+			commands.Subjects{Prefix: subjectPrefix}.AuditConsumer(id.Name, id.Tenant),
+			"$JS.API.INFO",
+		}
+		for _, st := range eventStreams() {
+			allow = append(allow,
+				"$JS.API.STREAM.INFO."+st,
+				api+"INFO."+st+"."+c,
+				api+"MSG.NEXT."+st+"."+c,
+				api+"DELETE."+st+"."+c,
+				api+"RESET."+st+"."+c,
+				"$JS.ACK."+st+"."+c+".>",
+			)
+		}
 		return &Permissions{
-			Publish: &SubjectPermission{Allow: []string{
-				commands.Subjects{Prefix: subjectPrefix}.AuditConsumer(id.Name, id.Tenant),
-				"$JS.API.INFO",
-				"$JS.API.STREAM.INFO." + eventsStream,
-				api + "INFO." + eventsStream + "." + c,
-				api + "MSG.NEXT." + eventsStream + "." + c,
-				api + "DELETE." + eventsStream + "." + c,
-				api + "RESET." + eventsStream + "." + c,
-				"$JS.ACK." + eventsStream + "." + c + ".>",
-			}},
+			Publish:   &SubjectPermission{Allow: allow},
 			Subscribe: &SubjectPermission{Allow: []string{inbox}},
 		}
 	}
@@ -98,7 +122,7 @@ func nodeJetStream() []string {
 	api := "$JS.API."
 	var out []string
 	out = append(out, api+"INFO")
-	for _, st := range []string{eventsStream, "OBJ_" + workspacesObj} {
+	for _, st := range append(eventStreams(), "OBJ_"+workspacesObj) {
 		out = append(out,
 			api+"STREAM.INFO."+st,
 			api+"STREAM.MSG.GET."+st,

@@ -39,9 +39,17 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 	if opts.Name == "" {
 		return errcode.New(errcode.InvalidRequest, "durable consumer needs a name")
 	}
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return err
+	}
+	stream := l.readStream()
+	if stream == "" {
+		return errcode.New(errcode.InvalidRequest, "durable consumer %s: the log has %d partitions; read each through Partition(k)", opts.Name, l.Partitions())
+	}
 	filters := opts.Filters
 	if len(filters) == 0 {
-		filters = []string{l.subjects.AllSessions()}
+		filters = []string{l.subjects.PartitionSessions(max(l.part, 0))}
 	}
 	if opts.Provision != nil && len(filters) != 1 {
 		return errcode.New(errcode.InvalidRequest, "a provisioned durable consumer takes one filter, not %d", len(filters))
@@ -56,7 +64,7 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 		// One filter goes in the API subject, where permissions can see it.
 		cfg.FilterSubject, cfg.FilterSubjects = filters[0], nil
 	}
-	existing, err := l.js.Consumer(ctx, l.stream, opts.Name)
+	existing, err := l.js.Consumer(ctx, stream, opts.Name)
 	switch {
 	case err == nil:
 		if opts.StartSeq > 0 || !opts.StartTime.IsZero() {
@@ -78,18 +86,21 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 	var cons jetstream.Consumer
 	if opts.Provision != nil {
 		spec := ConsumerSpec{Name: opts.Name, Filter: filters[0], StartSeq: cfg.OptStartSeq, Durable: true}
+		if stream != l.stream {
+			spec.Stream = stream
+		}
 		if cfg.OptStartTime != nil {
 			spec.StartTime = *cfg.OptStartTime
 		}
 		if err = opts.Provision(ctx, spec); err == nil {
-			cons, err = l.js.Consumer(ctx, l.stream, opts.Name)
+			cons, err = l.js.Consumer(ctx, stream, opts.Name)
 		}
 		var coded *errcode.Error
 		if errors.As(err, &coded) {
 			return err // the engine's answer to the provisioning request
 		}
 	} else {
-		cons, err = l.js.CreateOrUpdateConsumer(ctx, l.stream, cfg)
+		cons, err = l.js.CreateOrUpdateConsumer(ctx, stream, cfg)
 	}
 	if err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "durable consumer "+opts.Name)
@@ -97,7 +108,7 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 	// Events delivered to an earlier run but never acknowledged would be
 	// redelivered only after the ack wait, behind newer ones: start again
 	// from the first unacknowledged event instead, in order.
-	if _, err := l.js.ResetConsumer(ctx, l.stream, opts.Name); err != nil {
+	if _, err := l.js.ResetConsumer(ctx, stream, opts.Name); err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "reset durable consumer "+opts.Name)
 	}
 	info, err := cons.Info(ctx)

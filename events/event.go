@@ -133,9 +133,13 @@ type NodeEvent struct {
 	Data  json.RawMessage `json:"data,omitempty"`
 }
 
-// Subjects builds event subjects under one prefix (default "sbx").
+// Subjects builds event subjects under one prefix (default "sbx"), for a
+// log over Partitions partitions (0 or 1: unpartitioned, see partition.go).
 type Subjects struct {
 	Prefix string
+	// Partitions is the deployment's number of event partitions; with more
+	// than one a session's subjects carry its partition.
+	Partitions int
 }
 
 func (s Subjects) prefix() string {
@@ -147,16 +151,17 @@ func (s Subjects) prefix() string {
 
 // Session is the subject of one event.
 func (s Subjects) Session(tenant, session, op string, phase Phase) string {
-	return s.prefix() + ".evt." + tenant + "." + session + "." + op + "." + string(phase)
+	return s.sessionRoot(s.partitionOf(tenant, session)) + "." + tenant + "." + session + "." + op + "." + string(phase)
 }
 
 // SessionFilter matches every event of one session.
 func (s Subjects) SessionFilter(tenant, session string) string {
-	return s.prefix() + ".evt." + tenant + "." + session + ".>"
+	return s.sessionRoot(s.partitionOf(tenant, session)) + "." + tenant + "." + session + ".>"
 }
 
 // Filter matches session events by tenant, session and op; an empty value
-// matches any.
+// matches any. With several partitions a filter naming no session matches
+// in every partition.
 func (s Subjects) Filter(tenant, session, op string) string {
 	tok := func(v string) string {
 		if v == "" {
@@ -164,11 +169,23 @@ func (s Subjects) Filter(tenant, session, op string) string {
 		}
 		return v
 	}
-	return s.prefix() + ".evt." + tok(tenant) + "." + tok(session) + "." + tok(op) + ".*"
+	root := s.prefix() + ".pevt.*"
+	switch {
+	case s.parts() == 1:
+		root = s.prefix() + ".evt"
+	case tenant != "" && session != "":
+		root = s.sessionRoot(s.partitionOf(tenant, session))
+	}
+	return root + "." + tok(tenant) + "." + tok(session) + "." + tok(op) + ".*"
 }
 
-// AllSessions matches every session event.
-func (s Subjects) AllSessions() string { return s.prefix() + ".evt.>" }
+// AllSessions matches every session event (of every partition).
+func (s Subjects) AllSessions() string {
+	if s.parts() == 1 {
+		return s.prefix() + ".evt.>"
+	}
+	return s.prefix() + ".pevt.>"
+}
 
 // Node is the subject of a node lifecycle event.
 func (s Subjects) Node(node, kind string) string {

@@ -7,13 +7,18 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 )
 
-// StreamInfo returns the events stream's current state (first and last
+// StreamInfo returns the events stream's (of a log of one partition,
+// that partition's; else the first) current state (first and last
 // sequences, message count) and config. It fails with unavailable when the
 // stream cannot be reached.
 func (l *Log) StreamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
-	s, err := l.js.Stream(ctx, l.stream)
+	stream := l.readStream()
+	if stream == "" {
+		stream = l.stream
+	}
+	s, err := l.js.Stream(ctx, stream)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Unavailable, err, "events stream "+l.stream)
+		return nil, errcode.Wrap(errcode.Unavailable, err, "events stream "+stream)
 	}
 	return s.CachedInfo(), nil
 }

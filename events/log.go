@@ -22,19 +22,36 @@ type Log struct {
 	// signer signs appended events (nil: unsigned); see Signed.
 	signer    Signer
 	signerKey string
+	// part is the one partition this log reads (Partition), or -1.
+	part int
+	// disc learns the deployment's partitions on first use (NewLog); nil
+	// once they are known (OpenLog, WithPartitions).
+	disc *discovery
 }
 
 // NewLog returns a Log on the named stream (DefaultStream when empty) with
-// subjects under prefix (default sbx).
+// subjects under prefix (default sbx). It learns how many partitions the
+// deployment has on its first use (see partition.go); until then, and on
+// an unpartitioned deployment, it is the one stream.
 func NewLog(js jetstream.JetStream, stream, prefix string) *Log {
 	if stream == "" {
 		stream = DefaultStream
 	}
-	return &Log{js: js, stream: stream, subjects: Subjects{Prefix: prefix}}
+	return &Log{js: js, stream: stream, subjects: Subjects{Prefix: prefix}, part: -1, disc: &discovery{}}
 }
 
-// Subjects returns the log's subject builder.
-func (l *Log) Subjects() Subjects { return l.subjects }
+// Subjects returns the log's subject builder: for as many partitions as
+// the log knows of (a log of NewLog learns them on its first use; Read
+// takes an unpartitioned filter on a partitioned log too).
+func (l *Log) Subjects() Subjects {
+	s := l.subjects
+	if l.disc != nil {
+		l.disc.mu.Lock()
+		s.Partitions = max(s.Partitions, l.disc.n)
+		l.disc.mu.Unlock()
+	}
+	return s
+}
 
 // Append publishes a session event, but only if the last event of its
 // session in the stream has stream sequence expectLast (0: the session has
@@ -54,6 +71,10 @@ func (l *Log) Append(ctx context.Context, ev *Event, expectLast uint64) (uint64,
 // AppendRaw is Append for an event already encoded as data (callers that
 // post-process the JSON, such as redaction). ev supplies the subject and id.
 func (l *Log) AppendRaw(ctx context.Context, ev *Event, data []byte, expectLast uint64) (uint64, error) {
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return 0, err
+	}
 	hdr, err := l.SignatureHeader(data)
 	if err != nil {
 		return 0, err
@@ -70,13 +91,17 @@ func (l *Log) AppendRaw(ctx context.Context, ev *Event, data []byte, expectLast 
 		case errors.Is(err, nats.ErrMaxPayload):
 			return 0, errcode.Wrap(errcode.PayloadTooLarge, err, fmt.Sprintf("the %s %s event encodes to %d bytes, over the server's message limit", ev.Op, ev.Phase, len(data)))
 		}
-		return 0, l.appendErr(ctx, err, len(data), "append event")
+		return 0, l.appendErr(ctx, l.streamOf(ev.Tenant, ev.SessionID), err, len(data), "append event")
 	}
 	return ack.Sequence, nil
 }
 
 // AppendNode publishes a node lifecycle event (no sequence guard).
 func (l *Log) AppendNode(ctx context.Context, ev *NodeEvent) error {
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return err
+	}
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("encode node event: %w", err)
@@ -87,7 +112,7 @@ func (l *Log) AppendNode(ctx context.Context, ev *NodeEvent) error {
 	}
 	msg := &nats.Msg{Subject: l.subjects.Node(ev.Node, ev.Kind), Data: data, Header: hdr}
 	if _, err := l.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.EventID)); err != nil {
-		return l.appendErr(ctx, err, len(data), "append node event")
+		return l.appendErr(ctx, l.stream, err, len(data), "append node event")
 	}
 	return nil
 }
@@ -96,11 +121,11 @@ func (l *Log) AppendNode(ctx context.Context, ev *NodeEvent) error {
 // headers (event id, signature) and the store's record.
 const msgOverhead = 1024
 
-// appendErr is the error of a failed append of size bytes:
+// appendErr is the error of a failed append of size bytes to stream:
 // storage_quota_exceeded when the store or the stream is full (the stream
 // only when its state shows the event does not fit: a server's write error
 // has the same code), else unavailable.
-func (l *Log) appendErr(ctx context.Context, err error, size int, what string) error {
+func (l *Log) appendErr(ctx context.Context, stream string, err error, size int, what string) error {
 	switch {
 	case storage.StoreFull(err):
 		return errcode.Wrap(errcode.StorageQuotaExceeded, err, "the JetStream store is full, so no event can be recorded: free space (engine snapshot rm) or give the server more (max_file_store)")
@@ -108,13 +133,13 @@ func (l *Log) appendErr(ctx context.Context, err error, size int, what string) e
 		// A bound of its own: ctx may be what ran out.
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		s, ierr := l.js.Stream(ictx, l.stream)
+		s, ierr := l.js.Stream(ictx, stream)
 		if ierr != nil {
 			break
 		}
 		info := s.CachedInfo()
 		if max := info.Config.MaxBytes; max > 0 && info.Config.Discard == jetstream.DiscardNew && info.State.Bytes+uint64(size)+msgOverhead >= uint64(max) {
-			return errcode.Wrap(errcode.StorageQuotaExceeded, err, fmt.Sprintf("the events stream %s holds %d of its reserved %d bytes, so no event can be recorded: raise --events-max-bytes, or let it drop its oldest events (--events-drop-oldest)", l.stream, info.State.Bytes, max))
+			return errcode.Wrap(errcode.StorageQuotaExceeded, err, fmt.Sprintf("the events stream %s holds %d of its reserved %d bytes, so no event can be recorded: raise --events-max-bytes, or let it drop its oldest events (--events-drop-oldest)", stream, info.State.Bytes, max))
 		}
 	}
 	return errcode.Wrap(errcode.Unavailable, err, what)
@@ -151,7 +176,11 @@ type Tail struct {
 // Last returns the last event of a session; a session with no events gives
 // a zero Tail.
 func (l *Log) Last(ctx context.Context, tenant, session string) (Tail, error) {
-	s, err := l.js.Stream(ctx, l.stream)
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return Tail{}, err
+	}
+	s, err := l.js.Stream(ctx, l.streamOf(tenant, session))
 	if err != nil {
 		return Tail{}, errcode.Wrap(errcode.Unavailable, err, "events stream")
 	}
@@ -175,7 +204,10 @@ func (l *Log) Last(ctx context.Context, tenant, session string) (Tail, error) {
 type Msg struct {
 	// StreamSeq is the event's sequence in the stream.
 	StreamSeq uint64
-	Subject   string
+	// Stream is the stream (the partition) that holds the event: a
+	// sequence is unique within one stream only.
+	Stream  string
+	Subject string
 	// Data is the event's JSON, as stored.
 	Data []byte
 	// Time is when the stream stored the event.
@@ -224,6 +256,9 @@ type ReadOptions struct {
 // and from where. Durable consumers acknowledge explicitly and stay;
 // others acknowledge nothing and go by themselves once idle.
 type ConsumerSpec struct {
+	// Stream is the partition's stream the consumer is on (empty: the
+	// first, the only one of an unpartitioned log).
+	Stream    string
 	Name      string
 	Filter    string
 	StartSeq  uint64
@@ -256,22 +291,42 @@ func (c ConsumerSpec) ConsumerConfig() jetstream.ConsumerConfig {
 
 // namedConsumer makes spec's consumer on the stream: through provision
 // when set, else with a consumer create of its own.
-func (l *Log) namedConsumer(ctx context.Context, provision Provisioner, spec ConsumerSpec) (jetstream.Consumer, error) {
+func (l *Log) namedConsumer(ctx context.Context, stream string, provision Provisioner, spec ConsumerSpec) (jetstream.Consumer, error) {
+	if stream != l.stream {
+		spec.Stream = stream
+	}
 	if provision == nil {
-		return l.js.CreateOrUpdateConsumer(ctx, l.stream, spec.ConsumerConfig())
+		return l.js.CreateOrUpdateConsumer(ctx, stream, spec.ConsumerConfig())
 	}
 	if err := provision(ctx, spec); err != nil {
 		return nil, err
 	}
-	return l.js.Consumer(ctx, l.stream, spec.Name)
+	return l.js.Consumer(ctx, stream, spec.Name)
 }
 
 // Read delivers events in stream order to fn through an ordered consumer.
-// It stops at the first error fn returns, and returns it.
+// It stops at the first error fn returns, and returns it. On a log over
+// several partitions it reads every partition a filter can match (see
+// readPartitions): in order within each partition, so within each session.
 func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) error {
+	l, err := l.resolved(ctx)
+	if err != nil {
+		return err
+	}
+	stream := l.readStream()
+	if stream == "" {
+		return l.readPartitions(ctx, opts, fn)
+	}
+	if l.Partitions() > 1 && len(opts.Filters) > 0 {
+		// One partition of several: the filters as they apply to it.
+		opts.Filters = l.subjects.partitionFilters(opts.Filters)[l.part]
+		if len(opts.Filters) == 0 {
+			return nil // none matches in this partition
+		}
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters}
 	if len(cfg.FilterSubjects) == 0 {
-		cfg.FilterSubjects = []string{l.subjects.AllSessions()}
+		cfg.FilterSubjects = []string{l.subjects.PartitionSessions(max(l.part, 0))}
 	}
 	switch {
 	case opts.StartSeq > 0:
@@ -283,12 +338,11 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 		cfg.OptStartTime = &t
 	}
 	var cons jetstream.Consumer
-	var err error
 	if opts.Consumer != "" {
 		if len(cfg.FilterSubjects) != 1 {
 			return errcode.New(errcode.InvalidRequest, "a named events consumer takes one filter, not %d", len(cfg.FilterSubjects))
 		}
-		cons, err = l.namedConsumer(ctx, opts.Provision, ConsumerSpec{
+		cons, err = l.namedConsumer(ctx, stream, opts.Provision, ConsumerSpec{
 			Name: opts.Consumer, Filter: cfg.FilterSubjects[0], StartSeq: opts.StartSeq, StartTime: opts.StartTime,
 		})
 		var coded *errcode.Error
@@ -300,14 +354,14 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 				// The read is over, whatever ctx says: delete with a bound of its own.
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				defer cancel()
-				_ = l.js.DeleteConsumer(dctx, l.stream, opts.Consumer)
+				_ = l.js.DeleteConsumer(dctx, stream, opts.Consumer)
 			}()
 		}
 	} else {
 		// A reader killed before it deletes its consumer leaves it for the
 		// server to drop a minute later (nats.go's default is five).
 		cfg.InactiveThreshold = time.Minute
-		cons, err = l.js.OrderedConsumer(ctx, l.stream, cfg)
+		cons, err = l.js.OrderedConsumer(ctx, stream, cfg)
 		if err == nil {
 			// nats.go leaves an ordered consumer on the server when its
 			// reader stops; a caller reading in a loop would fill the
@@ -320,7 +374,7 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 				}
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				defer cancel()
-				_ = l.js.DeleteConsumer(dctx, l.stream, info.Name)
+				_ = l.js.DeleteConsumer(dctx, stream, info.Name)
 			}()
 		}
 	}
@@ -387,7 +441,7 @@ func deliver(ctx context.Context, cons jetstream.Consumer, follow, ack bool, fn 
 			return fmt.Errorf("event metadata: %w", err)
 		}
 		h := m.Headers()
-		if err := fn(Msg{StreamSeq: meta.Sequence.Stream, Subject: m.Subject(), Data: m.Data(), Time: meta.Timestamp, Signer: h.Get(SignerHeader), Sig: h.Get(SigHeader)}); err != nil {
+		if err := fn(Msg{StreamSeq: meta.Sequence.Stream, Stream: meta.Stream, Subject: m.Subject(), Data: m.Data(), Time: meta.Timestamp, Signer: h.Get(SignerHeader), Sig: h.Get(SigHeader)}); err != nil {
 			return err
 		}
 		if ack {

@@ -3,6 +3,8 @@ package projector
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,6 +39,10 @@ type Config struct {
 	// its subjects' prefix (default sbx).
 	Stream string
 	Prefix string
+	// Partitions is the deployment's number of event partitions (0: 1).
+	// A projector folds one partition, the stream Stream names: a
+	// partitioned deployment runs one per partition (see PartitionConfig).
+	Partitions int
 	// Replicas of the buckets (default 1).
 	Replicas int
 	// MaxBytes bounds buckets by name (SessionsBucket, NodesBucket,
@@ -55,6 +61,35 @@ type Config struct {
 	CheckpointInterval time.Duration
 }
 
+// PartitionConfig is c for partition k of n: the partition's stream, and
+// for k > 0 a name of its own (Name_p<k>; partition 0 keeps Name, so an
+// unpartitioned deployment's projector is unchanged).
+func (c Config) PartitionConfig(n, k int) Config {
+	c.Partitions = n
+	c.Stream = events.PartitionStream(c.Stream, k)
+	if k > 0 {
+		if c.Name == "" {
+			c.Name = DefaultName
+		}
+		c.Name = fmt.Sprintf("%s_p%d", c.Name, k)
+	}
+	return c
+}
+
+// NamePartition is the partition a projector of this name folds, as
+// PartitionConfig names it: k for a name ending in _p<k>, else 0.
+func NamePartition(name string) int {
+	i := strings.LastIndex(name, "_p")
+	if i < 0 {
+		return 0
+	}
+	k, err := strconv.Atoi(name[i+2:])
+	if err != nil || k < 1 || strconv.Itoa(k) != name[i+2:] {
+		return 0
+	}
+	return k
+}
+
 // Validate checks the config.
 func (c Config) Validate() error {
 	if c.Name != "" {
@@ -63,6 +98,9 @@ func (c Config) Validate() error {
 				return fmt.Errorf("projector: name %q: only letters, digits, '-' and '_'", c.Name)
 			}
 		}
+	}
+	if err := events.ValidatePartitions(c.Partitions); err != nil {
+		return fmt.Errorf("projector: %w", err)
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		return fmt.Errorf("projector: replicas %d outside 0..5", c.Replicas)

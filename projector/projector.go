@@ -89,7 +89,7 @@ func New(js jetstream.JetStream, cfg Config, logger *slog.Logger) (*Projector, e
 	cfg = cfg.withDefaults()
 	return &Projector{
 		js: js, cfg: cfg, logger: logger.With("component", "projector", "name", cfg.Name),
-		subj: events.Subjects{Prefix: cfg.Prefix},
+		subj: events.Subjects{Prefix: cfg.Prefix, Partitions: cfg.Partitions},
 		in:   make(chan delivery, cfg.Batch),
 	}, nil
 }

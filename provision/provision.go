@@ -55,6 +55,10 @@ type Plan struct {
 	// Embedded is the embedded server's store (0: a server of its own,
 	// whose account limit is asked).
 	Embedded int64
+	// Partitions is the number of event partitions of a new deployment
+	// (0: what the deployment has, 1 for a new one); the events' space is
+	// split evenly among them.
+	Partitions int
 }
 
 // Defaults splits the JetStream store (see StoreSize); it logs where the
@@ -92,7 +96,7 @@ func (p Plan) ensureStreamsOnce(ctx context.Context, js jetstream.JetStream, def
 	if err != nil {
 		return err
 	}
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: p.Replicas, MaxAge: p.MaxAge, MaxBytes: evLimit, DropOldest: p.DropOldest}); err != nil {
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: p.Replicas, MaxAge: p.MaxAge, MaxBytes: p.perPartition(ctx, js, evLimit), DropOldest: p.DropOldest, Partitions: p.Partitions}); err != nil {
 		return err
 	}
 	objLimit, err := resolve(ctx, js, objectstore.StreamName(objectstore.DefaultBucket), p.Asked.Objects, def.Objects, logger)
@@ -108,6 +112,17 @@ func (p Plan) ensureStreamsOnce(ctx context.Context, js jetstream.JetStream, def
 		}
 	}
 	return nil
+}
+
+// perPartition is each partition's share of the events' space limit: the
+// limit split evenly over the partitions the deployment will have (its
+// own, or the plan's for a new one).
+func (p Plan) perPartition(ctx context.Context, js jetstream.JetStream, limit int64) int64 {
+	n := p.Partitions
+	if log, err := events.OpenLog(ctx, js, "", ""); err == nil {
+		n = log.Partitions()
+	}
+	return limit / int64(max(n, 1))
 }
 
 // EnsureBuckets creates or updates the projection's buckets with their

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projection"
 )
@@ -36,6 +37,9 @@ type Result struct {
 	UpTo uint64
 	// Events counts the events folded.
 	Events uint64
+	// PartitionUpTo is, for a partitioned log, the stream sequence the
+	// rebuild stopped at in each partition (nil for one stream: UpTo).
+	PartitionUpTo []uint64
 }
 
 // Truncated reports whether a session's history starts after its first
@@ -63,13 +67,45 @@ type batch struct {
 
 // Rebuild folds the stream from its first event into a fresh Set. Events
 // are decoded by GOMAXPROCS workers in parallel and folded in stream
-// order. It fails if the stream cannot be read.
+// order. On a partitioned log it folds each partition in turn into the
+// one Set (a session's events are all in one partition): FirstSeq is then
+// the highest first sequence of any partition (above 1 when any lost
+// events to retention), LastSeq and UpTo the sums over the partitions,
+// and UpToSeq, a place in one stream, is refused (invalid_request). It
+// fails if the stream cannot be read.
 func Rebuild(ctx context.Context, log *events.Log, opts Options) (Result, error) {
+	log, err := log.Resolve(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	if log.Partitions() == 1 {
+		return rebuild(ctx, log, opts, projection.NewSet())
+	}
+	if opts.UpToSeq > 0 {
+		return Result{}, errcode.New(errcode.InvalidRequest, "a stream sequence is a place in one of the %d event partitions: replay up to a time instead", log.Partitions())
+	}
+	all := Result{Set: projection.NewSet()}
+	for k := range log.Partitions() {
+		res, err := rebuild(ctx, log.Partition(k), opts, all.Set)
+		all.FirstSeq = max(all.FirstSeq, res.FirstSeq)
+		all.LastSeq += res.LastSeq
+		all.UpTo += res.UpTo
+		all.Events += res.Events
+		all.PartitionUpTo = append(all.PartitionUpTo, res.UpTo)
+		if err != nil {
+			return all, err
+		}
+	}
+	return all, nil
+}
+
+// rebuild folds one stream into set.
+func rebuild(ctx context.Context, log *events.Log, opts Options, set *projection.Set) (Result, error) {
 	info, err := log.StreamInfo(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Set: projection.NewSet(), FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq}
+	res := Result{Set: set, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq}
 	upTo := res.LastSeq
 	if opts.UpToSeq > 0 && opts.UpToSeq < upTo {
 		upTo = opts.UpToSeq

@@ -71,11 +71,21 @@ func auditCmd(ctx context.Context, base globals, args []string, stdout, stderr i
 	}
 	var rep audit.Report
 	err = readiness.Retry(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
-		info, err := log.StreamInfo(ctx)
+		log, err := log.Resolve(ctx)
 		if err != nil {
 			return err
 		}
-		checker := audit.NewChecker(log.Subjects(), info.State.FirstSeq)
+		// The first sequence says whether retention dropped events: of a
+		// partitioned log, the highest of any partition's.
+		var first uint64
+		for k := range log.Partitions() {
+			info, err := log.Partition(k).StreamInfo(ctx)
+			if err != nil {
+				return err
+			}
+			first = max(first, info.State.FirstSeq)
+		}
+		checker := audit.NewChecker(log.Subjects(), first)
 		checker.SetTrust(audit.Trust{Issued: issued, Engines: engines, RequireSigned: !*allowUnsigned})
 		checker.SetPartial(*session != "")
 		check := func(m events.Msg) error {

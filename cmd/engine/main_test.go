@@ -240,6 +240,8 @@ func TestServeBadFlags(t *testing.T) {
 		{"--auto-resume", "always"},
 		{"--otlp-endpoint", "127.0.0.1:4318"}, // no scheme
 		{"--egress-cluster-ports", "6222,70000"},
+		{"--event-partitions", "33"},
+		{"--event-partitions", "-1"},
 	} {
 		var errb bytes.Buffer
 		state := t.TempDir()

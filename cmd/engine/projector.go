@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,39 +17,114 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/provision"
+	"github.com/paddock-dev/paddock/readiness"
 	"github.com/paddock-dev/paddock/storage"
 )
 
-// projectorModule runs the projector in `engine serve`: it folds the
-// events stream into the sbx_sessions and sbx_nodes buckets. Its start
-// hook comes after the one that ensures the stream (serve lists it after
-// that invoke), and it stops first.
+// projectorModule runs the projectors in `engine serve`: one per event
+// partition (one on an unpartitioned deployment), folding the events into
+// the sbx_sessions and sbx_nodes buckets. Its start hook comes after the
+// one that ensures the streams (serve lists it after that invoke), so the
+// number of partitions is known there, and it stops first.
 func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 	return fx.Module("projector",
 		fx.Invoke(func(lc fx.Lifecycle, js jetstream.JetStream, c conns, logger *slog.Logger) error {
-			p, err := projector.New(js, projector.Config{Name: projectorName(cfg.nodeID), Replicas: cfg.replicas}, logger)
-			if err != nil {
+			base := projector.Config{Name: projectorName(cfg.nodeID), Replicas: cfg.replicas}
+			if err := base.Validate(); err != nil {
 				return err
 			}
-			if err := cfg.metrics.WatchProjector(p.Lag); err != nil {
+			var (
+				mu sync.Mutex // guards ps
+				ps []*projector.Projector
+			)
+			// The lag is the sum over the partitions.
+			lag := func(ctx context.Context) (uint64, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(ps) == 0 {
+					return 0, errors.New("projector: not started")
+				}
+				var sum uint64
+				for _, p := range ps {
+					l, err := p.Lag(ctx)
+					if err != nil {
+						return 0, err
+					}
+					sum += l
+				}
+				return sum, nil
+			}
+			if err := cfg.metrics.WatchProjector(lag); err != nil {
 				return err
 			}
 			watchProjector(cfg.metrics, p)
 			plan := provision.Plan{Replicas: cfg.replicas, Asked: asked, Embedded: c.maxStore}
 			lc.Append(fx.Hook{
-				// The buckets get their limits before the projector's
+				// The buckets get their limits before the projectors'
 				// setup, which runs in the background, ensures them too.
 				OnStart: func(ctx context.Context) error {
 					if err := plan.EnsureBuckets(ctx, js, logger); err != nil {
 						return err
 					}
-					return p.Start(ctx)
+					n, err := projectedPartitions(ctx, js, cfg.eventPartitions)
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					for k := range n {
+						p, err := projector.New(js, base.PartitionConfig(n, k), logger)
+						if err == nil {
+							err = p.Start(ctx)
+						}
+						if err != nil {
+							// No stop hook runs for a start that failed.
+							for _, p := range ps {
+								_ = p.Close(ctx)
+							}
+							ps = nil
+							return err
+						}
+						ps = append(ps, p)
+					}
+					return nil
 				},
-				OnStop: p.Close,
+				OnStop: func(ctx context.Context) error {
+					mu.Lock()
+					defer mu.Unlock()
+					var errs []error
+					for _, p := range ps {
+						errs = append(errs, p.Close(ctx))
+					}
+					return errors.Join(errs...)
+				},
 			})
 			return nil
 		}),
 	)
+}
+
+// projectedPartitions is the number of partitions the projectors fold:
+// the flag's when given (the streams' start hook makes the deployment so,
+// or refuses to start), else the deployment's, 1 for one not made yet (fx
+// starts this module's hooks before the streams are ensured; the
+// projectors' own setup waits for their streams).
+func projectedPartitions(ctx context.Context, js jetstream.JetStream, flag int) (int, error) {
+	if flag > 0 {
+		return flag, nil
+	}
+	var log *events.Log
+	err := readiness.RetryTransient(ctx, func(ctx context.Context) (err error) {
+		log, err = events.OpenLog(ctx, js, "", "")
+		return err
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return 1, nil
+	case err != nil:
+		return 0, err
+	}
+	return log.Partitions(), nil
 }
 
 // projectorName names an engine's projector (its durable consumer and

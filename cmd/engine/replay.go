@@ -183,16 +183,30 @@ func printSet(w io.Writer, res replay.Result) error {
 func verifyProjection(ctx context.Context, js jetstream.JetStream, res replay.Result, wait time.Duration, stdout io.Writer) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	// Each partition's projectors must reach where its rebuild stopped.
+	upTo := res.PartitionUpTo
+	if upTo == nil {
+		upTo = []uint64{res.UpTo}
+	}
 	for {
 		_, sts, err := projector.ReadStatus(wctx, js, events.DefaultStream)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return errcode.New(errcode.Unavailable, "no projector has run: bucket %s does not exist", projector.StateBucket)
 		}
-		var best uint64
+		best := make([]uint64, len(upTo))
 		for _, s := range sts {
-			best = max(best, s.StreamSeq)
+			if k := projector.NamePartition(s.Name); k < len(best) {
+				best[k] = max(best[k], s.StreamSeq)
+			}
 		}
-		if err == nil && best >= res.UpTo {
+		behind := -1
+		for k := range upTo {
+			if best[k] < upTo[k] {
+				behind = k
+				break
+			}
+		}
+		if err == nil && behind < 0 {
 			break
 		}
 		select {
@@ -200,7 +214,7 @@ func verifyProjection(ctx context.Context, js jetstream.JetStream, res replay.Re
 			if err != nil {
 				return errcode.Wrap(errcode.Unavailable, err, "projector status")
 			}
-			return errcode.New(errcode.Unavailable, "the projector did not reach stream seq %d within %s (it is at %d)", res.UpTo, wait, best)
+			return errcode.New(errcode.Unavailable, "the projector of partition %d did not reach stream seq %d within %s (it is at %d)", behind, upTo[behind], wait, best[behind])
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -69,8 +69,11 @@ type serveConfig struct {
 	autoResume string
 	replicas   int
 	maxAge     time.Duration
-	storage    storageFlags
-	disk       *diskflags.Flags
+	// eventPartitions is the number of event partitions a new deployment
+	// gets (0: what the deployment has, 1 for a new one).
+	eventPartitions int
+	storage         storageFlags
+	disk            *diskflags.Flags
 	// diskLevels are the free-space thresholds the disk flags give.
 	diskLevels storage.Thresholds
 	// natsDebug and natsTrace turn on the embedded server's debug and
@@ -117,6 +120,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.autoResume, "auto-resume", "off", `"lost": resume a lost node's sessions (those with a snapshot) on nodes that are up; "off": leave them lost until resumed`)
 	fs.IntVar(&cfg.replicas, "replicas", 1, "replicas of the events stream and buckets (use 3 on a cluster)")
 	fs.DurationVar(&cfg.maxAge, "events-max-age", 0, "drop events older than this (0: keep forever)")
+	fs.IntVar(&cfg.eventPartitions, "event-partitions", 0, fmt.Sprintf("streams the session events are spread over, fixed when the deployment is made (1..%d; 0: what the deployment has, 1 for a new one); see docs/scale.md", events.MaxPartitions))
 	cfg.storage.register(fs)
 	cfg.disk = diskflags.Register(fs)
 	fs.BoolVar(&cfg.natsDebug, "nats-debug", false, "log the embedded NATS server's debug lines")
@@ -197,6 +201,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.diskLevels, err = cfg.disk.Thresholds(); err != nil {
 		return err
 	}
+	if err := events.ValidatePartitions(cfg.eventPartitions); err != nil {
+		return usageErr("--event-partitions: %v", err)
+	}
 	if cfg.capture < 0 || cfg.tenantConcurrent < 0 || cfg.tenantSessions < 0 || cfg.tenantSessionsTotal < 0 || cfg.replicas < 0 {
 		return usageErr("--capture-output, --tenant-concurrency, --tenant-sessions, --tenant-sessions-total and --replicas take no negative numbers")
 	}
@@ -238,7 +245,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			},
 		),
 		fx.Invoke(func(lc fx.Lifecycle, c conns, js jetstream.JetStream, sch *scheduler.Scheduler, tp trace.TracerProvider) error {
-			plan := provision.Plan{Replicas: cfg.replicas, MaxAge: cfg.maxAge, DropOldest: cfg.storage.dropOldest, Asked: asked, Embedded: c.maxStore}
+			plan := provision.Plan{Replicas: cfg.replicas, MaxAge: cfg.maxAge, DropOldest: cfg.storage.dropOldest, Asked: asked, Embedded: c.maxStore, Partitions: cfg.eventPartitions}
 			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error { return plan.EnsureStreams(ctx, js, logger) }})
 			mon, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: provision.Streams()}, logger)
 			if err != nil {

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// TestServePartitioned: `engine serve --event-partitions 4` makes a
+// deployment of four event streams, the whole tour works on it (create,
+// exec, fork, events tail of a session), and audit verify, replay
+// --verify and events export read every partition. A restart without the
+// flag keeps the four; one asking for another number is refused.
+func TestServePartitioned(t *testing.T) {
+	dir := t.TempDir()
+	logs, stop := serveStoppable(t, "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local", "--event-partitions", "4")
+	m := regexp.MustCompile(`paddock engine ready" nats=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no listener URL in the log:\n%s", logs.String())
+	}
+	url := m[1]
+	js := testenv.JetStream(t, testenv.Connect(t, url))
+	ctx := testenv.Context(t, 2*time.Minute)
+	log, err := events.OpenLog(ctx, js, "", "")
+	if err != nil || log.Partitions() != 4 {
+		t.Fatalf("open log: %v, %v; want 4 partitions", log, err)
+	}
+	tour(t, url)
+	// More sessions, so that every partition holds some.
+	for range 8 {
+		id := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create"))
+		mustCLI(t, url, "", "sandbox", "exec", id, "--", "true")
+	}
+	for _, name := range log.Streams() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.CachedInfo().State.Msgs; n == 0 {
+			t.Fatalf("partition %s holds no events", name)
+		}
+	}
+	if code, out, errs := cli(t, url, "", "audit", "verify"); code != 0 || !strings.Contains(out, "0 failures") {
+		t.Fatalf("audit verify: exit %d:\n%s%s", code, out, errs)
+	}
+	mustCLI(t, url, "", "replay", "--verify")
+	out := mustCLI(t, url, "", "events", "export")
+	streams := map[uint64]bool{}
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var ev events.Event
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("export line %q: %v", l, err)
+		}
+		streams[uint64(events.PartitionOf(ev.Tenant, ev.SessionID, 4))] = true
+		n++
+	}
+	if len(streams) != 4 || n < 60 {
+		t.Fatalf("export: %d events from %d partitions, want every partition", n, len(streams))
+	}
+	stop()
+	// The number is the deployment's: another one is refused.
+	var errb testenv.SyncBuffer
+	rctx := testenv.Context(t, time.Minute)
+	if code := run(rctx, []string{"serve", "--state-dir", dir, "--sandbox-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local", "--event-partitions", "2"}, nil, &errb, &errb); code == 0 || !strings.Contains(errb.String(), "invalid_state") {
+		t.Fatalf("serve with 2 partitions over 4: exit %d; want a failure saying invalid_state:\n%s", code, errb.String())
+	}
+	logs2, stop2 := serveStoppable(t, "--state-dir", dir, "--listen", "127.0.0.1:0", "--node-id", "n1", "--runtime", "local")
+	m = regexp.MustCompile(`paddock engine ready" nats=(\S+)`).FindStringSubmatch(logs2.String())
+	if m == nil {
+		t.Fatalf("restart without the flag: not ready:\n%s", logs2.String())
+	}
+	if out := mustCLI(t, m[1], "", "audit", "verify"); !strings.Contains(out, "0 failures") {
+		t.Fatalf("audit verify after restart:\n%s", out)
+	}
+	stop2()
+}
