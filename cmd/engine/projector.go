@@ -57,7 +57,7 @@ func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 			if err := cfg.metrics.WatchProjector(lag); err != nil {
 				return err
 			}
-			watchProjector(cfg.metrics, p)
+			watchProjector(cfg.metrics, lag)
 			plan := provision.Plan{Replicas: cfg.replicas, Asked: asked, Embedded: c.maxStore}
 			lc.Append(fx.Hook{
 				// The buckets get their limits before the projectors'

@@ -50,10 +50,11 @@ func watchCluster(m *metrics.Metrics, js jetstream.JetStream, sch *scheduler.Sch
 }
 
 // watchProjector adds the projector's readiness check: its lag can be
-// read (JetStream answers, it is set up) and is at most readyLag.
-func watchProjector(m *metrics.Metrics, p *projector.Projector) {
+// read (JetStream answers, it is set up) and is at most readyLag (on a
+// partitioned deployment, lagOf sums the partitions' lags).
+func watchProjector(m *metrics.Metrics, lagOf func(context.Context) (uint64, error)) {
 	m.Ready().Add("projector", func(ctx context.Context) error {
-		lag, err := p.Lag(ctx)
+		lag, err := lagOf(ctx)
 		if err != nil {
 			return err
 		}
