@@ -20,7 +20,7 @@ import (
 func Provisioner(nc *nats.Conn, prefix, auditor, tenant string) events.Provisioner {
 	subj := commands.Subjects{Prefix: prefix}.AuditConsumer(auditor, tenant)
 	return func(ctx context.Context, spec events.ConsumerSpec) error {
-		args := commands.AuditConsumerArgs{Filter: spec.Filter, StartSeq: spec.StartSeq, Durable: spec.Durable}
+		args := commands.AuditConsumerArgs{Filter: spec.Filter, StartSeq: spec.StartSeq, Durable: spec.Durable, Stream: spec.Stream}
 		if !spec.StartTime.IsZero() {
 			t := spec.StartTime
 			args.StartTime = &t

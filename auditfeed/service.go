@@ -163,16 +163,20 @@ func (s *Service) serve(m *nats.Msg) (commands.AuditConsumerResult, error) {
 	if err != nil {
 		return commands.AuditConsumerResult{}, err
 	}
-	if !s.mayRead(tenant, args.Filter) {
-		return commands.AuditConsumerResult{}, errcode.New(errcode.PermissionDenied, "auditor %s may not read %s", name, args.Filter)
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	stream, part, parts, err := s.partition(ctx, args.Stream)
+	if err != nil {
+		return commands.AuditConsumerResult{}, err
+	}
+	if !s.mayRead(tenant, args.Filter, part, parts) {
+		return commands.AuditConsumerResult{}, errcode.New(errcode.PermissionDenied, "auditor %s may not read %s on %s", name, args.Filter, stream)
 	}
 	spec := events.ConsumerSpec{Name: id.Consumer(), Filter: args.Filter, StartSeq: args.StartSeq, Durable: args.Durable}
 	if args.StartTime != nil {
 		spec.StartTime = *args.StartTime
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	defer cancel()
-	if _, err := s.js.CreateOrUpdateConsumer(ctx, s.stream, spec.ConsumerConfig()); err != nil {
+	if _, err := s.js.CreateOrUpdateConsumer(ctx, stream, spec.ConsumerConfig()); err != nil {
 		var api *jetstream.APIError
 		if errors.As(err, &api) && api.Code == 400 {
 			return commands.AuditConsumerResult{}, errcode.New(errcode.InvalidRequest, "consumer %s: %s", spec.Name, api.Description)
@@ -182,15 +186,40 @@ func (s *Service) serve(m *nats.Msg) (commands.AuditConsumerResult, error) {
 	return commands.AuditConsumerResult{Consumer: spec.Name}, nil
 }
 
+// partition resolves the stream a request names ("" for the first) to
+// one of the deployment's partitions: its stream, its index and the
+// number of partitions, read from the first stream's metadata
+// (events.OpenLog). A stream that is no partition of the deployment is
+// refused (invalid_request): the consumer would be on a stream the
+// auditor's filter was not judged for.
+func (s *Service) partition(ctx context.Context, stream string) (string, int, int, error) {
+	log, err := events.OpenLog(ctx, s.js, s.stream, s.evsubj.Prefix)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	if stream == "" {
+		stream = s.stream
+	}
+	for k, st := range log.Streams() {
+		if st == stream {
+			return st, k, log.Partitions(), nil
+		}
+	}
+	return "", 0, 0, errcode.New(errcode.InvalidRequest, "stream %q is none of the %d event partitions", stream, log.Partitions())
+}
+
 // mayRead reports whether an auditor of tenant ("" for every tenant) may
-// read filter: its tenant's session events (every tenant's) or the node
-// events, and nothing wider.
-func (s *Service) mayRead(tenant, filter string) bool {
-	sessions := s.evsubj.AllSessions()
+// read filter on partition part of parts: its tenant's session events
+// (every tenant's) in that partition, or the node events on partition 0,
+// and nothing wider.
+func (s *Service) mayRead(tenant, filter string, part, parts int) bool {
+	subj := s.evsubj
+	subj.Partitions = parts
+	sessions := subj.PartitionSessions(part)
 	if tenant != "" {
 		sessions = strings.TrimSuffix(sessions, ">") + tenant + ".>"
 	}
-	return Within(filter, sessions) || Within(filter, s.evsubj.AllNodes())
+	return Within(filter, sessions) || (part == 0 && Within(filter, subj.AllNodes()))
 }
 
 // Within reports whether every subject filter matches also matches

@@ -22,6 +22,11 @@ type AuditConsumerArgs struct {
 	// (engine events tail --durable); otherwise it acknowledges nothing and
 	// goes by itself a minute after its reader stops.
 	Durable bool `json:"durable,omitempty"`
+	// Stream is the partition's stream the consumer is on (empty: the
+	// first events stream, the only one of an unpartitioned deployment).
+	// The engine refuses a stream that is not one of its partitions, and a
+	// filter beyond what the auditor may read in that partition.
+	Stream string `json:"stream,omitempty"`
 }
 
 // Validate checks the arguments' shape; the engine checks the filter

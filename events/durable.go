@@ -3,9 +3,12 @@ package events
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/paddock-dev/paddock/errcode"
 )
 
@@ -34,7 +37,9 @@ type DurableOptions struct {
 // durable consumer and acknowledges each event fn returns nil for, so
 // that the next ReadDurable with the same name resumes after the last
 // acknowledged event. It stops at the first error fn returns, and returns
-// it; that event and any after it are delivered again next time.
+// it; that event and any after it are delivered again next time. On a log
+// over several partitions it keeps one durable consumer of that name on
+// each partition's stream its filters can match (see durablePartitions).
 func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg) error) error {
 	if opts.Name == "" {
 		return errcode.New(errcode.InvalidRequest, "durable consumer needs a name")
@@ -45,9 +50,16 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 	}
 	stream := l.readStream()
 	if stream == "" {
-		return errcode.New(errcode.InvalidRequest, "durable consumer %s: the log has %d partitions; read each through Partition(k)", opts.Name, l.Partitions())
+		return l.durablePartitions(ctx, opts, fn)
 	}
 	filters := opts.Filters
+	if l.Partitions() > 1 && len(filters) > 0 {
+		// One partition of several: the filters as they apply to it.
+		filters = l.subjects.partitionFilters(filters)[l.part]
+		if len(filters) == 0 {
+			return nil // none matches in this partition
+		}
+	}
 	if len(filters) == 0 {
 		filters = []string{l.subjects.PartitionSessions(max(l.part, 0))}
 	}
@@ -122,4 +134,58 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 	// the server before the caller closes the connection.
 	defer func() { _ = l.js.Conn().FlushTimeout(5 * time.Second) }()
 	return deliver(ctx, cons, opts.Follow, true, fn)
+}
+
+// durablePartitions is ReadDurable on a log over several partitions: a
+// durable consumer of the same name on each partition's stream the
+// filters can match, each keeping its own position, so a later read
+// resumes every partition where it left off. Without Follow the
+// partitions are read one after another, in partition order; with Follow
+// all at once, fn called by one at a time. Order holds within each
+// partition, so within each session. A start sequence names a place in
+// one stream, so it takes filters of one partition (invalid_request).
+func (l *Log) durablePartitions(ctx context.Context, opts DurableOptions, fn func(Msg) error) error {
+	filters := opts.Filters
+	if len(filters) == 0 {
+		filters = []string{l.subjects.AllSessions()}
+	}
+	byPart := l.subjects.partitionFilters(filters)
+	if opts.StartSeq > 0 && len(byPart) > 1 {
+		return errcode.New(errcode.InvalidRequest, "durable consumer %s: a start sequence names a place in one partition's stream; the filters match %d partitions", opts.Name, len(byPart))
+	}
+	parts := make([]int, 0, len(byPart))
+	for k := range l.Partitions() {
+		if _, ok := byPart[k]; ok {
+			parts = append(parts, k)
+		}
+	}
+	one := func(ctx context.Context, k int, fn func(Msg) error) error {
+		o := opts
+		o.Filters = byPart[k]
+		return l.Partition(k).ReadDurable(ctx, o, fn)
+	}
+	if !opts.Follow {
+		for _, k := range parts {
+			if err := one(ctx, k, fn); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	for _, k := range parts {
+		g.Go(func() error {
+			return one(gctx, k, func(m Msg) error {
+				mu.Lock()
+				defer mu.Unlock()
+				return fn(m)
+			})
+		})
+	}
+	err := g.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }

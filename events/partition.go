@@ -210,7 +210,8 @@ func partitionsOf(md map[string]string) (int, error) {
 // it alone, one with a wildcard partition (or <prefix>.pevt.>) to each. An
 // unpartitioned filter (<prefix>.evt.<t>.<s>...) is read as the same
 // filter on the partitioned subjects: to the session's partition when it
-// names a tenant and session, else to each.
+// names a tenant and session, else to each. A filter of node events goes
+// to partition 0, the one stream holding them.
 func (s Subjects) partitionFilters(filters []string) map[int][]string {
 	out := map[int][]string{}
 	all := s.prefix() + ".pevt."
@@ -230,6 +231,10 @@ func (s Subjects) partitionFilters(filters []string) map[int][]string {
 		}
 		if k, ok := s.filterPartition(f); ok {
 			out[k] = append(out[k], f)
+			continue
+		}
+		if strings.HasPrefix(f, s.prefix()+".nodeevt.") {
+			out[0] = append(out[0], f) // the node events are on partition 0 alone
 			continue
 		}
 		for k := range s.parts() {

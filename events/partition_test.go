@@ -227,9 +227,22 @@ func TestFourPartitions(t *testing.T) {
 	if err := log.Read(ctx, events.ReadOptions{StartSeq: 2}, func(events.Msg) error { return nil }); !errors.Is(err, errcode.ErrInvalidRequest) {
 		t.Fatalf("start seq across partitions: got %v, want invalid_request", err)
 	}
-	// A durable consumer is per partition.
-	if err := log.ReadDurable(ctx, events.DurableOptions{Name: "d"}, func(events.Msg) error { return nil }); !errors.Is(err, errcode.ErrInvalidRequest) {
-		t.Fatalf("durable across partitions: got %v, want invalid_request", err)
+	// A durable consumer of the whole log is one per partition, each
+	// resuming where it left off; a start sequence is a place in one.
+	if err := log.ReadDurable(ctx, events.DurableOptions{Name: "all", StartSeq: 2}, func(events.Msg) error { return nil }); !errors.Is(err, errcode.ErrInvalidRequest) {
+		t.Fatalf("durable start seq across partitions: got %v, want invalid_request", err)
+	}
+	whole := map[string]int{}
+	for range 2 {
+		if err := log.ReadDurable(ctx, events.DurableOptions{Name: "all"}, func(m events.Msg) error {
+			whole[m.Stream]++
+			return nil
+		}); err != nil {
+			t.Fatalf("durable across partitions: %v", err)
+		}
+	}
+	if n := whole[events.PartitionStream("", 0)] + whole[events.PartitionStream("", 1)] + whole[events.PartitionStream("", 2)] + whole[events.PartitionStream("", 3)]; n != sessions*per || len(whole) != 4 {
+		t.Fatalf("two durable reads across partitions delivered %v, want %d once in all", whole, sessions*per)
 	}
 	total := 0
 	for k := range log.Partitions() {
@@ -248,9 +261,15 @@ func TestFourPartitions(t *testing.T) {
 	}
 }
 
-// TestFollowAcrossPartitions: a follow read delivers new events of every
-// partition as they are appended, one at a time.
+// TestFollowAcrossPartitions: a follow read, and a durable follow, deliver
+// new events of every partition as they are appended, one at a time.
 func TestFollowAcrossPartitions(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) { followAcrossPartitions(t, durable) })
+	}
+}
+
+func followAcrossPartitions(t *testing.T, durable bool) {
 	b := testenv.StartBroker(t)
 	js := testenv.JetStream(t, testenv.Connect(t, b.ClientURL()))
 	ctx := testenv.Context(t, 30*time.Second)
@@ -270,18 +289,23 @@ func TestFollowAcrossPartitions(t *testing.T) {
 		overlap atomic.Bool
 		done    = make(chan error, 1)
 	)
+	fn := func(m events.Msg) error {
+		if inFn.Add(1) > 1 {
+			overlap.Store(true)
+		}
+		defer inFn.Add(-1)
+		mu.Lock()
+		got[m.Stream] = true
+		mu.Unlock()
+		runtime.Gosched() // give another partition's reader the chance to overlap
+		return nil
+	}
 	go func() {
-		done <- log.Read(fctx, events.ReadOptions{Follow: true}, func(m events.Msg) error {
-			if inFn.Add(1) > 1 {
-				overlap.Store(true)
-			}
-			defer inFn.Add(-1)
-			mu.Lock()
-			got[m.Stream] = true
-			mu.Unlock()
-			runtime.Gosched() // give another partition's reader the chance to overlap
-			return nil
-		})
+		if durable {
+			done <- log.ReadDurable(fctx, events.DurableOptions{Name: "follow", Follow: true}, fn)
+			return
+		}
+		done <- log.Read(fctx, events.ReadOptions{Follow: true}, fn)
 	}()
 	for range want {
 		if _, err := log.Append(ctx, newEvent(uuid.NewString(), 1, events.PhaseStart), 0); err != nil {
