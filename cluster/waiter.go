@@ -153,7 +153,10 @@ func (w *Waiter) Ready(ctx context.Context, urls []string, replicas, nodes int) 
 		if err != nil {
 			return "", err
 		}
-		streams := provision.Streams()
+		streams, err := provision.StreamsOf(ctx, js)
+		if err != nil {
+			return "", err
+		}
 		for _, name := range streams {
 			st, err := operator.StreamInfo(ctx, js, name)
 			if err != nil {

@@ -72,7 +72,8 @@ type UnfinishedPuts struct {
 }
 
 // Status gathers the deployment at a glance from js: each of Paddock's
-// streams (replicas, leader, followers, storage), the servers that hold
+// streams, every events partition's included (replicas, leader,
+// followers, storage), the servers that hold
 // them, the nodes that heartbeat within wait (asked to at once), the
 // projectors' lag, the sessions by status and the unfinished puts. It
 // fails with unavailable when a stream's info cannot be read or the
@@ -80,7 +81,11 @@ type UnfinishedPuts struct {
 // puts) are left out when they cannot be read.
 func Status(ctx context.Context, js jetstream.JetStream, wait time.Duration) (Report, error) {
 	var rep Report
-	for _, name := range provision.Streams() {
+	names, err := provision.StreamsOf(ctx, js)
+	if err != nil {
+		return rep, err
+	}
+	for _, name := range names {
 		st, err := StreamInfo(ctx, js, name)
 		if err != nil {
 			return rep, err
@@ -89,7 +94,6 @@ func Status(ctx context.Context, js jetstream.JetStream, wait time.Duration) (Re
 	}
 	rep.Connected, rep.Cluster = js.Conn().ConnectedServerName(), js.Conn().ConnectedClusterName()
 	rep.Servers = ServersOf(rep.Streams)
-	var err error
 	if rep.Nodes, err = Heartbeats(ctx, js.Conn(), wait); err != nil {
 		return rep, err
 	}

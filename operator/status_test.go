@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/storage"
@@ -46,5 +47,37 @@ func TestStatus(t *testing.T) {
 	}
 	if rep.Cluster != "" || len(rep.Nodes) != 0 || rep.Unfinished == nil || rep.Unfinished.Puts != 0 {
 		t.Errorf("got cluster %q, %d nodes, unfinished %+v; want no cluster, no nodes, no unfinished puts", rep.Cluster, len(rep.Nodes), rep.Unfinished)
+	}
+}
+
+// TestStatusPartitioned: the status of a deployment of 4 event partitions
+// lists every partition's stream, each present with its limit.
+func TestStatusPartitioned(t *testing.T) {
+	b := testenv.StartBroker(t)
+	js := testenv.JetStream(t, testenv.Connect(t, b.ClientURL()))
+	ctx := testenv.Context(t, time.Minute)
+	p := provision.Plan{Asked: storage.Limits{Events: 8 << 20, Objects: 8 << 20, KV: 1 << 20}, Partitions: 4}
+	if err := p.EnsureStreams(ctx, js, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.EnsureBuckets(ctx, js, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := operator.Status(ctx, js, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]operator.StreamStatus{}
+	for _, s := range rep.Streams {
+		got[s.Name] = s
+	}
+	if len(rep.Streams) != len(provision.Streams())+3 {
+		t.Errorf("got %d streams, want %d", len(rep.Streams), len(provision.Streams())+3)
+	}
+	for k := range 4 {
+		name := events.PartitionStream("", k)
+		if s, ok := got[name]; !ok || s.Missing || s.MaxBytes != 2<<20 {
+			t.Errorf("partition %s: got %+v (listed: %v), want present with a quarter of the limit", name, s, ok)
+		}
 	}
 }

@@ -114,14 +114,18 @@ func (b Buckets) ReadLeader(ctx context.Context, kv jetstream.KeyValue, key stri
 // Status is one projector's progress against the events stream.
 type Status struct {
 	Name string `json:"name"`
+	// Stream is the events partition's stream the projector folds
+	// (NamePartition of its name).
+	Stream string `json:"stream"`
 	Checkpoint
-	// Lag is how many stream sequences the checkpoint is behind the
-	// stream's last event.
+	// Lag is how many stream sequences the checkpoint is behind the last
+	// event of its partition's stream.
 	Lag uint64 `json:"lag"`
 }
 
 // ReadStatus returns the events stream's last sequence and the progress of
-// every projector that has saved a checkpoint, by name. It fails with
+// every projector that has saved a checkpoint, by name, each against its
+// own partition's stream. It fails with
 // jetstream.ErrBucketNotFound when no projector ever ran.
 func ReadStatus(ctx context.Context, js jetstream.JetStream, stream string) (uint64, []Status, error) {
 	if stream == "" {
@@ -140,11 +144,24 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream, stream string) (uin
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return last, nil, err
 	}
+	// Each projector's lag is against its own partition's stream; one
+	// whose partition's stream cannot be read is taken as partition 0's.
+	lasts := map[string]uint64{stream: last}
 	var out []Status
 	for k, cp := range cps {
-		st := Status{Name: strings.TrimPrefix(k, CheckpointKey("")), Checkpoint: cp}
-		if last > cp.StreamSeq {
-			st.Lag = last - cp.StreamSeq
+		st := Status{Name: strings.TrimPrefix(k, CheckpointKey("")), Stream: stream, Checkpoint: cp}
+		if p := events.PartitionStream(stream, NamePartition(st.Name)); p != stream {
+			if _, ok := lasts[p]; !ok {
+				if ps, err := js.Stream(ctx, p); err == nil {
+					lasts[p] = ps.CachedInfo().State.LastSeq
+				}
+			}
+			if _, ok := lasts[p]; ok {
+				st.Stream = p
+			}
+		}
+		if l := lasts[st.Stream]; l > cp.StreamSeq {
+			st.Lag = l - cp.StreamSeq
 		}
 		out = append(out, st)
 	}

@@ -2,6 +2,7 @@ package provision
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -145,8 +146,26 @@ func (p Plan) EnsureBuckets(ctx context.Context, js jetstream.JetStream, logger 
 }
 
 // Streams are the streams of Paddock's events, snapshots and
-// projection, the events stream first.
+// projection, the events stream first: of an unpartitioned deployment
+// (StreamsOf lists a partitioned one's).
 func Streams() []string {
 	return []string{events.DefaultStream, objectstore.StreamName(objectstore.DefaultBucket),
 		"KV_" + projector.SessionsBucket, "KV_" + projector.NodesBucket, "KV_" + projector.StateBucket}
+}
+
+// StreamsOf are the deployment's streams as js sees them: Streams with
+// the events partitions beyond the first (SBX_EVENTS_1..N-1) after the
+// first events stream, N read from that stream's metadata
+// (events.OpenLog); Streams while the events stream does not exist yet.
+// Its error is unavailable when the events stream cannot be read.
+func StreamsOf(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+	log, err := events.OpenLog(ctx, js, "", "")
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return Streams(), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	base := Streams()
+	return append(log.Streams(), base[1:]...), nil
 }

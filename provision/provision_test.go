@@ -64,3 +64,42 @@ func TestStoreSize(t *testing.T) {
 		t.Errorf("no account limit: got %d, want 0", n)
 	}
 }
+
+// TestPartitionedPlan: on a deployment of 4 event partitions StreamsOf
+// lists every partition's stream after the first, then the others, and
+// each partition holds its share of the events' limit.
+func TestPartitionedPlan(t *testing.T) {
+	b := testenv.StartBroker(t)
+	js := testenv.JetStream(t, testenv.Connect(t, b.ClientURL()))
+	ctx := testenv.Context(t, time.Minute)
+	logger := slog.New(slog.DiscardHandler)
+	before, err := provision.StreamsOf(ctx, js)
+	if err != nil || !slices.Equal(before, provision.Streams()) {
+		t.Fatalf("streams before any is made: %q, %v; want Streams()", before, err)
+	}
+	p := provision.Plan{Asked: storage.Limits{Events: 8 << 20, Objects: 16 << 20, KV: 1 << 20}, Partitions: 4}
+	if err := p.EnsureStreams(ctx, js, logger); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.EnsureBuckets(ctx, js, logger); err != nil {
+		t.Fatal(err)
+	}
+	names, err := provision.StreamsOf(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{events.DefaultStream, events.PartitionStream("", 1), events.PartitionStream("", 2), events.PartitionStream("", 3)}
+	want = append(want, provision.Streams()[1:]...)
+	if !slices.Equal(names, want) {
+		t.Fatalf("streams %q, want %q", names, want)
+	}
+	for _, n := range names[:4] {
+		u, err := storage.Read(ctx, js, n)
+		if err != nil {
+			t.Fatalf("stream %s: %v", n, err)
+		}
+		if u.MaxBytes != 2<<20 {
+			t.Errorf("partition %s: max bytes %d, want a quarter of 8 MiB", n, u.MaxBytes)
+		}
+	}
+}

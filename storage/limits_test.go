@@ -2,9 +2,11 @@ package storage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,5 +199,40 @@ func TestResolve(t *testing.T) {
 		if err != nil || got != tc.want || (note != "") != tc.noted {
 			t.Errorf("Resolve(%s, asked %d, default %d) = %d, %q, %v; want %d, noted %v", tc.stream, tc.asked, tc.def, got, note, err, tc.want, tc.noted)
 		}
+	}
+}
+
+// TestMonitorList: a monitor with a List watches the streams it names at
+// each look (as an engine's watches every events partition), and falls
+// back to Streams when the list fails.
+func TestMonitorList(t *testing.T) {
+	b := testenv.StartBrokerWith(t, broker.Config{SyncInterval: time.Second})
+	js := testenv.JetStream(t, testenv.Connect(t, b.ClientURL()))
+	ctx := testenv.Context(t, time.Minute)
+	streamAt(ctx, t, js, "FULL_1", 85)
+	streamAt(ctx, t, js, "FULL_2", 85)
+	var logs testenv.SyncBuffer
+	var fail atomic.Bool
+	list := func(context.Context) ([]string, error) {
+		if fail.Load() {
+			return nil, errors.New("the events stream is away")
+		}
+		return []string{"FULL_1"}, nil
+	}
+	m, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: []string{"FULL_2"}, List: list, Repeat: time.Hour}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Look(ctx, time.Now())
+	if s := logs.String(); !strings.Contains(s, "stream=FULL_1") || strings.Contains(s, "FULL_2") {
+		t.Fatalf("a look with a list:\n%s\nwant a warning about FULL_1 alone", s)
+	}
+	fail.Store(true)
+	m.Look(ctx, time.Now())
+	if s := logs.String(); !strings.Contains(s, "stream=FULL_2") {
+		t.Fatalf("a look whose list failed:\n%s\nwant a warning about FULL_2, the fallback", s)
+	}
+	if _, err := storage.NewMonitor(js, storage.MonitorConfig{List: list}, nil); err != nil {
+		t.Fatalf("a monitor with a list and no streams: %v", err)
 	}
 }

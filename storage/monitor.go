@@ -13,8 +13,12 @@ import (
 
 // MonitorConfig configures a Monitor.
 type MonitorConfig struct {
-	// Streams are the streams to watch; required.
+	// Streams are the streams to watch; required unless List is set.
 	Streams []string
+	// List, when set, names the streams to watch at each look (a
+	// deployment's event partitions are known only once its first events
+	// stream is); when it fails the look watches Streams.
+	List func(ctx context.Context) ([]string, error)
 	// Interval between looks (default 30s).
 	Interval time.Duration
 	// Repeat is the least time between two warnings about one stream that
@@ -24,7 +28,7 @@ type MonitorConfig struct {
 
 // Validate checks the config.
 func (c MonitorConfig) Validate() error {
-	if len(c.Streams) == 0 {
+	if len(c.Streams) == 0 && c.List == nil {
 		return errors.New("storage monitor: no streams to watch")
 	}
 	if c.Interval < 0 || c.Repeat < 0 {
@@ -113,7 +117,15 @@ func (m *Monitor) run(ctx context.Context) {
 
 // look reads each stream's usage once and logs what is due.
 func (m *Monitor) look(ctx context.Context, now time.Time) {
-	for _, name := range m.cfg.Streams {
+	names := m.cfg.Streams
+	if m.cfg.List != nil {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if l, err := m.cfg.List(lctx); err == nil {
+			names = l
+		}
+		cancel()
+	}
+	for _, name := range names {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		u, err := Read(lctx, m.js, name)
 		cancel()

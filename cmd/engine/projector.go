@@ -175,9 +175,9 @@ func projectorCmd(ctx context.Context, base globals, args []string, stdout, stde
 		}{last, sts})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "PROJECTOR\tCHECKPOINT\tLAG\tUPDATED\n")
+	fmt.Fprintf(tw, "PROJECTOR\tSTREAM\tCHECKPOINT\tLAG\tUPDATED\n")
 	for _, s := range sts {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", s.Name, s.StreamSeq, s.Lag, formatTime(s.UpdatedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", s.Name, s.Stream, s.StreamSeq, s.Lag, formatTime(s.UpdatedAt))
 	}
 	fmt.Fprintf(tw, "(events stream last seq %d)\n", last)
 	return tw.Flush()

@@ -247,7 +247,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		fx.Invoke(func(lc fx.Lifecycle, c conns, js jetstream.JetStream, sch *scheduler.Scheduler, tp trace.TracerProvider) error {
 			plan := provision.Plan{Replicas: cfg.replicas, MaxAge: cfg.maxAge, DropOldest: cfg.storage.dropOldest, Asked: asked, Embedded: c.maxStore, Partitions: cfg.eventPartitions}
 			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error { return plan.EnsureStreams(ctx, js, logger) }})
-			mon, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: provision.Streams()}, logger)
+			mon, err := storage.NewMonitor(js, storage.MonitorConfig{Streams: provision.Streams(), List: func(ctx context.Context) ([]string, error) { return provision.StreamsOf(ctx, js) }}, logger)
 			if err != nil {
 				return err
 			}

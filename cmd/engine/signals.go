@@ -78,7 +78,11 @@ func storeUsage(ctx context.Context, js jetstream.JetStream, serverMax int64) (m
 	if u.MaxBytes <= 0 {
 		u.MaxBytes = serverMax
 	}
-	for _, name := range provision.Streams() {
+	names, err := provision.StreamsOf(ctx, js)
+	if err != nil {
+		names = provision.Streams() // the events stream not made yet
+	}
+	for _, name := range names {
 		su, err := storage.Read(ctx, js, name)
 		if err != nil {
 			continue // not made yet (the buckets come with the projector)
