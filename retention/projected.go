@@ -10,7 +10,9 @@ import (
 )
 
 // ProjectedSessions returns Sessions that reads every tenant's records
-// from the sessions projection in js. It fails with unavailable when the
+// from the sessions projection in js: on a partitioned deployment, the
+// sessions of every partition (one projector per partition fills the one
+// projection). It fails with unavailable when the
 // projection's bucket does not exist or cannot be read.
 func ProjectedSessions(js jetstream.JetStream) Sessions {
 	return func(ctx context.Context) ([]projection.SessionRecord, error) {
