@@ -63,6 +63,25 @@ func TestServePartitioned(t *testing.T) {
 	if len(streams) != 4 || n < 60 {
 		t.Fatalf("export: %d events from %d partitions, want every partition", n, len(streams))
 	}
+	// A durable tail spans the partitions, and resumes every one.
+	tailed := strings.Split(strings.TrimSpace(mustCLI(t, url, "", "events", "tail", "--durable", "aud", "--json", "--no-follow")), "\n")
+	if len(tailed) < n {
+		t.Fatalf("events tail --durable: %d events, want the %d exported or more", len(tailed), n)
+	}
+	if out := strings.TrimSpace(mustCLI(t, url, "", "events", "tail", "--durable", "aud", "--json", "--no-follow")); out != "" {
+		t.Fatalf("a second durable tail delivered again:\n%s", out)
+	}
+	// engine status and projector status show every partition.
+	status := mustCLI(t, url, "", "status")
+	projectors := mustCLI(t, url, "", "projector", "status")
+	for _, name := range log.Streams() {
+		if !regexp.MustCompile(`(?m)^` + name + `\s`).MatchString(status) {
+			t.Errorf("engine status lacks stream %s:\n%s", name, status)
+		}
+		if !strings.Contains(projectors, " "+name+" ") {
+			t.Errorf("projector status lacks a projector on %s:\n%s", name, projectors)
+		}
+	}
 	stop()
 	// The number is the deployment's: another one is refused.
 	var errb testenv.SyncBuffer
