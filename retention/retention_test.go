@@ -155,8 +155,12 @@ func TestSweep(t *testing.T) {
 		return []projection.SessionRecord{live, gone}, nil
 	}
 	p := retention.Policy{TransferTTL: ttl, OrphanGrace: ttl, DeletedRetention: time.Minute, KeepLast: 1}
+	// Every sweep judges as of mark+ttl: what came before mark is past
+	// the TTL, the fresh upload (made after that instant) is not, however
+	// long the uploads and sweeps take on a loaded machine.
+	at := mark.Add(ttl)
 
-	dry, err := retention.Sweep(ctx, store, records, p, true, nil)
+	dry, err := retention.SweepAt(ctx, at, store, records, p, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +183,7 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("dry plan:\n got %q\nwant %q", got, want)
 	}
 
-	done, err := retention.Sweep(ctx, store, records, p, false, nil)
+	done, err := retention.SweepAt(ctx, at, store, records, p, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +207,7 @@ func TestSweep(t *testing.T) {
 	if orphans, err := store.OrphanChunks(ctx, time.Now()); err != nil || len(orphans) != 0 {
 		t.Errorf("orphan chunks after the sweep: %+v, %v", orphans, err)
 	}
-	again, err := retention.Sweep(ctx, store, records, p, false, nil)
+	again, err := retention.SweepAt(ctx, at, store, records, p, false, nil)
 	if err != nil || len(again) != 0 {
 		t.Errorf("a second sweep: %q, %v; want nothing and no error", names(again), err)
 	}
