@@ -209,9 +209,11 @@ func (s *Scheduler) up(node string) bool {
 	return ok && !r.lost && time.Since(r.lastSeen) <= s.cfg.NodeTTL
 }
 
-// waitProjection waits, within a bound, until the projector has taken in
-// every event the stream held when it was called, so that the sessions
-// projection names every session of the lost node.
+// waitProjection waits, within a bound, until the projectors have taken
+// in every event the streams held when it was called, so that the
+// sessions projection names every session of the lost node. On a
+// partitioned deployment each partition's stream has its own projectors:
+// every partition must be caught up by one of its own.
 func (s *Scheduler) waitProjection(ctx context.Context) error {
 	js, err := jetstream.New(s.nc)
 	if err != nil {
@@ -219,27 +221,46 @@ func (s *Scheduler) waitProjection(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.NodeTTL)
 	defer cancel()
-	var want uint64
+	var want map[string]uint64 // stream -> the sequence to reach
 	wait := 20 * time.Millisecond
 	for {
-		last, sts, err := projector.ReadStatus(ctx, js, "")
-		if want == 0 {
-			want = last
-		}
-		if err == nil {
-			for _, st := range sts {
-				if st.StreamSeq >= want {
-					return nil
+		_, sts, err := projector.ReadStatus(ctx, js, "")
+		if err == nil && len(sts) > 0 {
+			if want == nil {
+				want = map[string]uint64{}
+				for _, st := range sts {
+					want[st.Stream] = max(want[st.Stream], st.StreamSeq+st.Lag)
 				}
+			}
+			if caughtUp(sts, want) {
+				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no projector reached stream sequence %d: %w", want, errors.Join(err, ctx.Err()))
+			return fmt.Errorf("the projectors did not reach stream sequences %v: %w", want, errors.Join(err, ctx.Err()))
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 500*time.Millisecond)
 	}
+}
+
+// caughtUp reports whether, for every stream of want, one of the
+// projectors of that stream has reached its sequence.
+func caughtUp(sts []projector.Status, want map[string]uint64) bool {
+	for stream, seq := range want {
+		ok := false
+		for _, st := range sts {
+			if st.Stream == stream && st.StreamSeq >= seq {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 type sessionKey struct{ tenant, id string }
