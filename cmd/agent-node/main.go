@@ -265,7 +265,10 @@ func runNode(ctx context.Context, f *nodeFlags, stderr io.Writer) error {
 	if err := app.Err(); err != nil {
 		return err
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// The start bound is fx's StartTimeout above (a deployment whose
+	// servers are still electing their JetStream leaders takes a while);
+	// a shorter context here would cut it short.
+	startCtx, cancel := context.WithTimeout(ctx, app.StartTimeout())
 	defer cancel()
 	if err := app.Start(startCtx); err != nil {
 		return err
