@@ -185,7 +185,8 @@ func (w *Waiter) Ready(ctx context.Context, urls []string, replicas, nodes int) 
 // they are as asked, and returns its summary. It fails with
 // permission_denied at once when the credentials may not read the
 // streams, with unavailable saying what was missing when timeout passes,
-// and with ctx's error when ctx ends.
+// and with ctx's error, saying what the last check found missing, when
+// ctx ends.
 func (w *Waiter) Wait(ctx context.Context, urls []string, replicas, nodes int, timeout time.Duration) (string, error) {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -206,6 +207,9 @@ func (w *Waiter) Wait(ctx context.Context, urls []string, replicas, nodes int, t
 		case <-wctx.Done():
 			t.Stop()
 			if ctx.Err() != nil {
+				if why != nil {
+					return "", fmt.Errorf("%w (the last check found: %v)", ctx.Err(), why)
+				}
 				return "", ctx.Err()
 			}
 			return "", errcode.New(errcode.Unavailable, "not ready within %s: %v", timeout, why)

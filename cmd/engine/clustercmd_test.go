@@ -234,6 +234,13 @@ func TestClusterWaitFails(t *testing.T) {
 	if d := time.Since(began); d > 10*time.Second {
 		t.Errorf("cluster wait --timeout 300ms took %s", d)
 	}
+	// The caller's own deadline, shorter than --timeout, ends the wait
+	// with what the last check found missing (CI once saw only "context
+	// deadline exceeded").
+	code, _, errs = cliWithin(t, 700*time.Millisecond, "nats://127.0.0.1:1", "", "--creds", "none", "cluster", "wait", "--timeout", "1m")
+	if code == 0 || !strings.Contains(errs, "context deadline exceeded (the last check found: ") || !strings.Contains(errs, "127.0.0.1:1") {
+		t.Errorf("cluster wait cut short by its caller: exit %d, %q; want the deadline and what was missing", code, errs)
+	}
 	if code, _, _ := cli(t, "", "", "cluster"); code != 2 {
 		t.Errorf("engine cluster: exit %d, want 2 (usage)", code)
 	}

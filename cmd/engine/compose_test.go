@@ -225,7 +225,12 @@ func TestCompose(t *testing.T) {
 	if _, err := c.run("up", "-d"); err != nil {
 		t.Fatal(err)
 	}
-	mustCLI(t, url, "", "cluster", "wait", "--replicas", "3", "--nodes", "2", "--timeout", "2m")
+	// CI's busy machine has taken over a minute to elect the servers'
+	// JetStream leaders and start both nodes: the wait gets the whole of
+	// its own --timeout, not cli's minute.
+	if code, _, errs := cliWithin(t, 4*time.Minute, url, "", "cluster", "wait", "--replicas", "3", "--nodes", "2", "--timeout", "3m"); code != 0 {
+		t.Fatalf("cluster wait: exit %d, stderr %q", code, errs)
+	}
 
 	tour(t, url)
 

@@ -20,8 +20,16 @@ import (
 // stdout and stderr.
 func cli(t *testing.T, url, stdin string, args ...string) (int, string, string) {
 	t.Helper()
+	return cliWithin(t, 60*time.Second, url, stdin, args...)
+}
+
+// cliWithin runs the CLI as cli does, with d for the whole command
+// rather than cli's minute: for a command that is given a longer
+// --timeout of its own.
+func cliWithin(t *testing.T, d time.Duration, url, stdin string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	ctx := testenv.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, d)
 	code := run(ctx, append([]string{"--server", url}, args...), strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
