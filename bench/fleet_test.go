@@ -1,7 +1,6 @@
 package bench_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,10 +19,10 @@ import (
 	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/events"
-	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/scheduler"
 	"github.com/paddock-dev/paddock/testenv"
+	"github.com/paddock-dev/paddock/testenv/control"
 )
 
 // fleetSize is how many agent-node processes TestFleetProcesses starts:
@@ -149,38 +148,9 @@ func TestFleetProcesses(t *testing.T) {
 	url := c.URL()
 	nc := testenv.Connect(t, url)
 	js := testenv.JetStream(t, nc)
-	testenv.Eventually(t, time.Minute, func() error {
-		if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3}); err != nil {
-			return err
-		}
-		if _, err := projector.EnsureBuckets(ctx, js, projector.Config{Replicas: 3}); err != nil {
-			return err
-		}
-		_, err := objectstore.Ensure(ctx, js, objectstore.Config{Replicas: 3})
-		return err
-	})
-	sched, err := scheduler.New(nc, events.NewLog(js, "", ""), scheduler.Config{
+	sched, _ := control.Start(t, ctx, nc, js, 3, scheduler.Config{
 		Name: "fleet-engine", NodeTTL: 6 * time.Second, AutoResume: true, LostSweep: 500 * time.Millisecond,
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sched.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sched.Close)
-	proj, err := projector.New(js, projector.Config{Name: "projector_fleet", Replicas: 3}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proj.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = proj.Close(cctx)
-	})
+	}, projector.Config{Name: "projector_fleet"}, nil)
 
 	// Connections and subscriptions of the cluster before the fleet: the
 	// engine's, the test's and the servers' own.

@@ -9,27 +9,15 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/listenaddr"
 )
 
-// CheckListen returns addr when it is a loopback HOST:PORT, or any
-// address with remote set (behind a TLS proxy: tokens and cookies cross
-// the wire in clear otherwise). Anything else is invalid_request.
+// CheckListen checks a --console-addr (listenaddr.Check): a loopback
+// HOST:PORT, or any address with remote set (behind a TLS proxy: tokens
+// and cookies cross the wire in clear otherwise).
 func CheckListen(addr string, remote bool) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return errcode.New(errcode.InvalidRequest, "--console-addr %q is not HOST:PORT", addr)
-	}
-	if remote {
-		return nil
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return errcode.New(errcode.InvalidRequest, "--console-addr %s is not a loopback address: the console over plain HTTP sends tokens and cookies in clear; serve on 127.0.0.1 behind a TLS proxy, or pass --console-allow-remote", addr)
+	return listenaddr.Check("--console-addr", addr, remote,
+		"the console over plain HTTP sends tokens and cookies in clear; serve on 127.0.0.1 behind a TLS proxy, or pass --console-allow-remote")
 }
 
 // Server serves a Handler on an address from Start to Close.

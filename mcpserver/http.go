@@ -13,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/listenaddr"
 )
 
 // HTTP limits of the streamable HTTP transport.
@@ -98,19 +98,14 @@ func NewHTTPServer(h http.Handler) *http.Server {
 // host is 127.0.0.1. It returns the address to listen on.
 func CheckListen(addr string, remote bool) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", errcode.New(errcode.InvalidRequest, "--http %q: want HOST:PORT (%v)", addr, err)
+	if err == nil && host == "" {
+		addr = net.JoinHostPort("127.0.0.1", port)
 	}
-	if host == "" {
-		host = "127.0.0.1"
+	if err := listenaddr.Check("--http", addr, remote,
+		"MCP over plain HTTP sends bearer tokens in clear; serve on 127.0.0.1 behind a TLS proxy, or pass --allow-remote"); err != nil {
+		return "", err
 	}
-	if !remote {
-		ip := net.ParseIP(host)
-		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return "", errcode.New(errcode.InvalidRequest, "--http %s is not a loopback address: MCP over plain HTTP sends bearer tokens in clear; serve on 127.0.0.1 behind a TLS proxy, or pass --allow-remote", addr)
-		}
-	}
-	return net.JoinHostPort(host, port), nil
+	return addr, nil
 }
 
 // Serve serves srv on ln until ctx ends, then shuts it down, waiting up to

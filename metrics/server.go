@@ -7,38 +7,19 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/health"
+	"github.com/paddock-dev/paddock/listenaddr"
 )
 
-// CheckAddr checks a --metrics-addr: host:port with a numeric port, the
-// host an IP address or localhost. A host that is not loopback (an
-// empty one listens on every interface) is refused with invalid_request
-// unless allowRemote: the metrics name the deployment's nodes and ops.
+// CheckAddr checks a --metrics-addr (listenaddr.Check): the metrics name
+// the deployment's nodes and ops, so a host that is not loopback (an
+// empty one listens on every interface) is refused unless allowRemote.
 func CheckAddr(addr string, allowRemote bool) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return errcode.New(errcode.InvalidRequest, "--metrics-addr %q: want host:port, such as 127.0.0.1:9464 (%v)", addr, err)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		return errcode.New(errcode.InvalidRequest, "--metrics-addr %q: the port must be a number from 0 to 65535", addr)
-	}
-	loopback := host == "localhost"
-	if !loopback && host != "" {
-		ip := net.ParseIP(host)
-		if ip == nil {
-			return errcode.New(errcode.InvalidRequest, "--metrics-addr %q: the host must be an IP address or localhost", addr)
-		}
-		loopback = ip.IsLoopback()
-	}
-	if !loopback && !allowRemote {
-		return errcode.New(errcode.InvalidRequest, "--metrics-addr %q is not a loopback address: the metrics would be readable from the network; add --metrics-allow-remote to serve them there", addr)
-	}
-	return nil
+	return listenaddr.Check("--metrics-addr", addr, allowRemote,
+		"the metrics would be readable from the network; add --metrics-allow-remote to serve them there")
 }
 
 // Server serves a Metrics registry over HTTP at /metrics, with /healthz

@@ -22,10 +22,10 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
-	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/scheduler"
 	"github.com/paddock-dev/paddock/testenv"
+	"github.com/paddock-dev/paddock/testenv/control"
 )
 
 // leafRefused is what a core server logs when it refuses a leaf link: no
@@ -166,41 +166,9 @@ func TestSites(t *testing.T) {
 			t.Logf("the scheduler's and the nodes' log:\n%s", schedLog)
 		}
 	})
-	testenv.Eventually(t, 2*time.Minute, func() error {
-		// Each try bounded: without a meta leader JetStream does not answer.
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3}); err != nil {
-			return err
-		}
-		if _, err := projector.EnsureBuckets(ctx, js, projector.Config{Replicas: 3}); err != nil {
-			return err
-		}
-		_, err := objectstore.Ensure(ctx, js, objectstore.Config{Replicas: 3})
-		return err
-	})
-	sched, err := scheduler.New(engine.Conn, events.NewLog(js, "", ""), scheduler.Config{
+	sched, _ := control.Start(t, ctx, engine.Conn, js, 3, scheduler.Config{
 		Name: "core", NodeTTL: 3 * time.Second, LostCheck: 200 * time.Millisecond, AutoResume: true, LostSweep: 500 * time.Millisecond,
-	}, slog.New(slog.NewTextHandler(schedLog, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sched.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sched.Close)
-	proj, err := projector.New(js, projector.Config{Name: "projector_core", Replicas: 3}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proj.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = proj.Close(cctx)
-	})
+	}, projector.Config{Name: "projector_core"}, slog.New(slog.NewTextHandler(schedLog, nil)))
 
 	// A node per site, on its leaf server.
 	siteAgent(t, st, leaves[0].ClientURL(), "na", "a", schedLog)
