@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/projection"
 	"github.com/paddock-dev/paddock/projector"
 )
@@ -81,14 +82,19 @@ func Verify(ctx context.Context, b projector.Buckets, res Result) (Report, error
 	if err := reread(ctx, b, b.Sessions, sessions, res.Set.Sessions, sessionSeq, &rep); err != nil {
 		return rep, err
 	}
-	compareAll(&rep, res.UpTo, sessions, res.Set.Sessions, sessionName, sessionSeq, res.Truncated)
+	sessionUpTo := func(r projection.SessionRecord) uint64 {
+		return res.upTo(events.PartitionOf(r.Tenant, r.ID, len(res.PartitionUpTo)))
+	}
+	compareAll(&rep, sessionUpTo, sessions, res.Set.Sessions, sessionName, sessionSeq, res.Truncated)
 	nodeName := func(r projection.NodeRecord) string { return "node " + r.ID }
 	nodeSeq := func(r projection.NodeRecord) uint64 { return r.StreamSeq }
 	if err := reread(ctx, b, b.Nodes, nodes, res.Set.Nodes, nodeSeq, &rep); err != nil {
 		return rep, err
 	}
-	compareAll(&rep, res.UpTo, nodes, res.Set.Nodes, nodeName, nodeSeq, res.TruncatedNode)
-	if stray.StreamSeq <= res.UpTo {
+	// The node events, and so the stray ledger's, are on partition 0.
+	nodeUpTo := func(projection.NodeRecord) uint64 { return res.upTo(0) }
+	compareAll(&rep, nodeUpTo, nodes, res.Set.Nodes, nodeName, nodeSeq, res.TruncatedNode)
+	if stray.StreamSeq <= res.upTo(0) {
 		rep.Compared++
 		rep.Differences = append(rep.Differences, compare("stray", projector.StrayKey, stray, stray.StreamSeq > 0, res.Set.Stray, res.Set.Stray.StreamSeq > 0)...)
 	}
@@ -122,10 +128,19 @@ func reread[R any](ctx context.Context, b projector.Buckets, kvb jetstream.KeyVa
 	return nil
 }
 
+// upTo is where the rebuild stopped in partition k's stream (UpTo on a
+// log of one stream).
+func (r Result) upTo(k int) uint64 {
+	if k < len(r.PartitionUpTo) {
+		return r.PartitionUpTo[k]
+	}
+	return r.UpTo
+}
+
 // compareAll compares every record of one kind, in KV or in the replay,
 // except those the replay cannot rebuild (truncated) and those that took
-// in events past upTo.
-func compareAll[R any](rep *Report, upTo uint64, kv, replayed map[string]R, name func(R) string, streamSeq func(R) uint64, truncated func(R) bool) {
+// in events past where the rebuild stopped in their stream (upTo).
+func compareAll[R any](rep *Report, upTo func(R) uint64, kv, replayed map[string]R, name func(R) string, streamSeq func(R) uint64, truncated func(R) bool) {
 	for _, k := range unionKeys(kv, replayed) {
 		kvRec, inKV := kv[k]
 		rRec, inReplay := replayed[k]
@@ -137,7 +152,7 @@ func compareAll[R any](rep *Report, upTo uint64, kv, replayed map[string]R, name
 		case inReplay && truncated(rRec):
 			rep.Unverifiable = append(rep.Unverifiable, n)
 			continue
-		case inKV && streamSeq(kvRec) > upTo:
+		case inKV && streamSeq(kvRec) > upTo(kvRec):
 			rep.Newer = append(rep.Newer, n)
 			continue
 		}
