@@ -71,29 +71,43 @@ type faultEnv struct {
 	// staleReads counts replay --verify differences that a second read
 	// did not show.
 	staleReads int
+	// streams are the event streams (one per partition); the leader and
+	// follower faults take them in turn.
+	streams []string
+	kills   int
 }
 
-// killEventsLeader kills the server that leads SBX_EVENTS, waits until
-// another one leads it and the clients' commands go through again, and
-// starts the killed one again.
+// eventsStream is the event stream the next stream fault acts on.
+func (fx *faultEnv) eventsStream() string {
+	s := fx.streams[fx.kills%len(fx.streams)]
+	fx.kills++
+	return s
+}
+
+// killEventsLeader kills the server that leads an events stream
+// (SBX_EVENTS, or each partition's in turn), waits until another one
+// leads it and the clients' commands go through again, and starts the
+// killed one again.
 func killEventsLeader(t *testing.T, fx *faultEnv) {
-	leader := fx.streamLeader(t, events.DefaultStream, "")
+	stream := fx.eventsStream()
+	leader := fx.streamLeader(t, stream, "")
 	p := fx.fleet.Server(leader)
 	began := time.Now()
 	p.Kill(t)
-	next := fx.streamLeader(t, events.DefaultStream, leader)
+	next := fx.streamLeader(t, stream, leader)
 	elected := time.Since(began)
 	fx.load.waitAnyProgress(t, 90*time.Second)
 	t.Logf("killed %s, which led %s: %s leads it after %s; commands went through again after %s",
-		leader, events.DefaultStream, next, elected.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+		leader, stream, next, elected.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	p.Start(t)
 }
 
-// killEventsFollower kills a server that does not lead SBX_EVENTS (it may
-// lead other streams), waits until the clients' commands go through with
-// it gone, and starts it again.
+// killEventsFollower kills a server that does not lead an events stream
+// (it may lead other streams), waits until the clients' commands go
+// through with it gone, and starts it again.
 func killEventsFollower(t *testing.T, fx *faultEnv) {
-	leader := fx.streamLeader(t, events.DefaultStream, "")
+	stream := fx.eventsStream()
+	leader := fx.streamLeader(t, stream, "")
 	var p *testenv.Proc
 	for _, s := range fx.fleet.Servers {
 		if s.Name != leader {
@@ -104,7 +118,7 @@ func killEventsFollower(t *testing.T, fx *faultEnv) {
 	began := time.Now()
 	p.Kill(t)
 	fx.load.waitAnyProgress(t, 90*time.Second)
-	t.Logf("killed %s (%s leads %s): commands went through again after %s", p.Name, leader, events.DefaultStream, time.Since(began).Round(time.Millisecond))
+	t.Logf("killed %s (%s leads %s): commands went through again after %s", p.Name, leader, stream, time.Since(began).Round(time.Millisecond))
 	p.Start(t)
 }
 
@@ -193,23 +207,51 @@ func (fx *faultEnv) streamLeader(t *testing.T, stream, not string) string {
 // TestFaultLoop runs the fault loop: PADDOCK_FAULTS faults (default 20,
 // five of each kind). See docs/faults.md.
 func TestFaultLoop(t *testing.T) {
+	faultLoop(t, faultCount(t, "PADDOCK_FAULTS", 20), 1)
+}
+
+// TestFaultLoopPartitioned runs the fault loop on a deployment of three
+// event partitions: PADDOCK_FAULTS_PARTITIONED faults (default 4, one of
+// each kind); the stream faults take the partitions' streams in turn.
+func TestFaultLoopPartitioned(t *testing.T) {
+	faultLoop(t, faultCount(t, "PADDOCK_FAULTS_PARTITIONED", 4), 3)
+}
+
+// faultCount is the number of faults env asks for, else def.
+func faultCount(t *testing.T, env string, def int) int {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("the fault loop takes minutes")
 	}
-	n := 20
-	if v := os.Getenv("PADDOCK_FAULTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			t.Fatalf("PADDOCK_FAULTS=%q: want a positive number", v)
-		}
+	v := os.Getenv(env)
+	if v == "" {
+		return def
 	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number", env, v)
+	}
+	return n
+}
+
+// faultLoop runs n faults against a fleet whose events are in partitions
+// streams.
+func faultLoop(t *testing.T, n, partitions int) {
 	began := time.Now()
 	f := testenv.StartFleet(t, testenv.FleetOptions{Servers: 3, Engines: 2, Nodes: 2, Clients: map[string]string{"fleet": "acme"},
-		EngineArgs: []string{"--node-ttl", "5s", "--auto-resume", "lost"}})
+		EngineArgs: []string{"--node-ttl", "5s", "--auto-resume", "lost", "--event-partitions", strconv.Itoa(partitions)}})
 	t.Logf("fleet up in %s: servers %s", time.Since(began).Round(time.Millisecond), f.URL)
 	fx := &faultEnv{fleet: f, js: adminJetStream(t, f)}
+	log, err := events.NewLog(fx.js, "", "").Resolve(testenv.Context(t, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log.Partitions() != partitions {
+		t.Fatalf("the deployment has %d event partitions, want %d", log.Partitions(), partitions)
+	}
+	fx.streams = log.Streams()
 	fx.load = startLoad(t, f, "acme", 3, 2)
-	trail := &commandTrail{log: events.NewLog(fx.js, "", ""), starts: map[string]int{}, finishes: map[string]int{}}
+	trail := newCommandTrail(log)
 	fx.load.waitProgress(t, 60*time.Second)
 
 	done := 0
@@ -304,16 +346,34 @@ func adminJetStream(t *testing.T, f *testenv.Fleet) jetstream.JetStream {
 }
 
 // commandTrail counts the start and finish events of each command id,
-// reading the events stream on from where it stopped.
+// reading each partition's stream on from where it stopped.
 type commandTrail struct {
-	log              *events.Log
-	next             uint64
+	parts            []*events.Log
+	next             []uint64 // per partition
 	starts, finishes map[string]int
 }
 
+// newCommandTrail returns a trail of log's partitions (log resolved).
+func newCommandTrail(log *events.Log) *commandTrail {
+	tr := &commandTrail{next: make([]uint64, log.Partitions()), starts: map[string]int{}, finishes: map[string]int{}}
+	for k := range log.Partitions() {
+		tr.parts = append(tr.parts, log.Partition(k))
+	}
+	return tr
+}
+
 func (tr *commandTrail) catchUp(ctx context.Context) error {
-	return tr.log.Read(ctx, events.ReadOptions{StartSeq: tr.next}, func(m events.Msg) error {
-		tr.next = m.StreamSeq + 1
+	for k := range tr.parts {
+		if err := tr.catchUpPartition(ctx, k); err != nil {
+			return fmt.Errorf("partition %d: %w", k, err)
+		}
+	}
+	return nil
+}
+
+func (tr *commandTrail) catchUpPartition(ctx context.Context, k int) error {
+	return tr.parts[k].Read(ctx, events.ReadOptions{StartSeq: tr.next[k]}, func(m events.Msg) error {
+		tr.next[k] = m.StreamSeq + 1
 		ev, err := m.Decode()
 		if err != nil {
 			return err
