@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -322,25 +323,39 @@ func (l *Log) Resolve(ctx context.Context) (*Log, error) { return l.resolved(ctx
 // NewLog reads the first stream's metadata on its first use (once; until
 // the stream exists it stays unpartitioned, as before partitions), so
 // every reader and writer agrees with the deployment without a flag.
+//
+// Each lookup is bounded by discoverTry and made without the lock: a
+// cluster that has not elected its JetStream meta leader yet drops the
+// request unanswered, and a lookup bounded only by a node's two-minute
+// start, holding the lock, kept the node from registering and every
+// append behind it waiting (CI's compose deployment); bounded, it fails
+// unavailable and its caller tries again.
 func (l *Log) resolved(ctx context.Context) (*Log, error) {
 	if l.disc == nil {
 		return l, nil
 	}
 	l.disc.mu.Lock()
-	defer l.disc.mu.Unlock()
-	if l.disc.n == 0 {
-		n, err := existingPartitions(ctx, l.js, l.stream)
+	n := l.disc.n
+	l.disc.mu.Unlock()
+	if n == 0 {
+		dctx, cancel := context.WithTimeout(ctx, discoverTry)
+		found, err := existingPartitions(dctx, l.js, l.stream)
+		cancel()
 		if err != nil {
 			return nil, err
 		}
-		if n == 0 {
+		if found == 0 {
 			return l, nil // no stream yet: what is done on it fails as before
 		}
-		l.disc.n = n
+		l.disc.mu.Lock()
+		l.disc.n, n = found, found
+		l.disc.mu.Unlock()
 	}
-	if l.disc.n == 1 {
+	if n == 1 {
 		return l, nil
 	}
-	c := l.WithPartitions(l.disc.n)
-	return c, nil
+	return l.WithPartitions(n), nil
 }
+
+// discoverTry bounds one lookup of the deployment's partitions.
+const discoverTry = 5 * time.Second

@@ -401,3 +401,38 @@ func TestNewLogLearnsPartitions(t *testing.T) {
 		t.Fatalf("read by op: %d events, %v; want 12", n, err)
 	}
 }
+
+// TestResolveBoundsADroppedLookup: a JetStream API request that no one
+// answers (a cluster before its meta leader is elected drops them) fails
+// unavailable, for its caller to try again, long before the caller's own
+// deadline: a node's register used to wait out its two-minute start.
+func TestResolveBoundsADroppedLookup(t *testing.T) {
+	b := testenv.StartBroker(t)
+	nc := testenv.Connect(t, b.ClientURL())
+	// The API requests go to dead.API.>, taken and never answered.
+	sub, err := nc.SubscribeSync("dead.API.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.NewWithAPIPrefix(nc, "dead.API")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t, time.Minute)
+	log := events.NewLog(js, "", "")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := log.Resolve(ctx)
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; errcode.Of(err) != errcode.Unavailable || ctx.Err() != nil {
+			t.Fatalf("a dropped lookup: %v (the caller's context: %v); want unavailable before the caller's deadline", err, ctx.Err())
+		}
+	}
+	if n, _, _ := sub.Pending(); n != 2 {
+		t.Fatalf("%d lookups reached the API, want 2", n)
+	}
+}
