@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -154,11 +153,7 @@ func BenchmarkLoopfsImageClone(b *testing.B) {
 		release(d)
 	}
 	b.StopTimer()
-	p50 := func(l []time.Duration) float64 {
-		l = slices.Clone(l)
-		slices.Sort(l)
-		return float64(l[(len(l)-1)/2].Microseconds()) / 1000
-	}
+	p50 := testenv.P50Millis
 	b.ReportMetric(p50(write), "write-p50-ms")
 	b.ReportMetric(p50(cp), "copy-mount-p50-ms")
 	if len(clone) > 0 {
