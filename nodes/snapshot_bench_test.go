@@ -220,11 +220,7 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 		raw = append(raw, time.Since(t0))
 	}
 	b.StopTimer()
-	p50 := func(l []time.Duration) float64 {
-		l = slices.Clone(l)
-		slices.Sort(l)
-		return float64(l[(len(l)-1)/2].Microseconds()) / 1000
-	}
+	p50 := testenv.P50Millis
 	b.ReportMetric(p50(manifest), "persist-manifest-p50-ms")
 	b.ReportMetric(p50(tar), "persist-tar-p50-ms")
 	b.ReportMetric(p50(warm), "restore-warm-p50-ms")
