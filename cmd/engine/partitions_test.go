@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -79,10 +80,15 @@ func TestServePartitioned(t *testing.T) {
 	if out := strings.TrimSpace(mustCLI(t, url, "", "events", "tail", "--durable", "aud", "--json", "--no-follow")); out != "" {
 		t.Fatalf("a second durable tail delivered again:\n%s", out)
 	}
-	// engine status and projector status show every partition.
+	// engine status and projector status show every partition, and the
+	// one engine as the owner of each one's lease.
 	status := mustCLI(t, url, "", "status")
 	projectors := mustCLI(t, url, "", "projector", "status")
-	for _, name := range log.Streams() {
+	for k, name := range log.Streams() {
+		owner := regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+%s\s+sbx_projector_n1\s+sbx_projector_n1(_p%d)?\s`, k, name, k))
+		if !owner.MatchString(status) || !owner.MatchString(projectors) {
+			t.Errorf("engine status or projector status lacks partition %d's owner:\n%s\n%s", k, status, projectors)
+		}
 		if !regexp.MustCompile(`(?m)^` + name + `\s`).MatchString(status) {
 			t.Errorf("engine status lacks stream %s:\n%s", name, status)
 		}
