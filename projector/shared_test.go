@@ -74,12 +74,18 @@ type engine struct {
 // its own; the test's cleanup stops it.
 func startEngine(t *testing.T, b *broker.Broker, name string, n int, log *changes) *engine {
 	t.Helper()
+	return startEngineTTL(t, b, name, n, leaseTTL, log)
+}
+
+// startEngineTTL is startEngine with leases of the given TTL.
+func startEngineTTL(t *testing.T, b *broker.Broker, name string, n int, ttl time.Duration, log *changes) *engine {
+	t.Helper()
 	nc := testenv.Connect(t, b.ClientURL())
 	js := testenv.JetStream(t, nc)
 	s, err := projector.NewShared(js, projector.SharedConfig{
 		Engine:    name,
 		Projector: projector.Config{Name: "projector_" + name, Partitions: n},
-		Leases:    projector.LeaseConfig{TTL: leaseTTL},
+		Leases:    projector.LeaseConfig{TTL: ttl},
 		OnChange:  func(k int, on bool) { log.add(name, k, on) },
 	}, nil)
 	if err != nil {
@@ -317,4 +323,27 @@ func TestLeaseConfigRefused(t *testing.T) {
 			t.Errorf("config %+v accepted, want refused", c)
 		}
 	}
+}
+
+// TestSharedRestartTakesItsLeasesBack: an engine that died holding leases
+// (its connection cut, nothing released) and comes back under the same
+// name takes its partitions up again at once, by their revisions, without
+// waiting for the TTL (a minute here, beyond the test's wait).
+func TestSharedRestartTakesItsLeasesBack(t *testing.T) {
+	b, js, log := partitionedSetup(t, 4)
+	var chs changes
+	const ttl = time.Minute
+	a := startEngineTTL(t, b, "a", 4, ttl, &chs)
+	holds(t, map[*engine][]int{a: {0, 1, 2, 3}})
+	a.nc.Close()
+	a.stop(t)
+	again := startEngineTTL(t, b, "a", 4, ttl, &chs)
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if got := again.shared.Held(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+			return fmt.Errorf("the restarted engine holds %v, want all four", got)
+		}
+		return nil
+	})
+	writeSessions(t, log, "s", 8)
+	projected(t, js, 8)
 }
