@@ -608,6 +608,20 @@ func (p *Projector) Lag(ctx context.Context) (uint64, error) {
 	return last - pos, nil
 }
 
+// SumLag is the sum of the projectors' Lag (0 for none). It fails as the
+// first Lag that fails.
+func SumLag(ctx context.Context, ps []*Projector) (uint64, error) {
+	var sum uint64
+	for _, p := range ps {
+		l, err := p.Lag(ctx)
+		if err != nil {
+			return 0, err
+		}
+		sum += l
+	}
+	return sum, nil
+}
+
 // ReadCheckpoint returns the named projector's checkpoint from the state
 // bucket (zero when it has none). It fails if the bucket cannot be read or
 // holds something else under the key.

@@ -132,15 +132,7 @@ func (s *Shared) Lag(ctx context.Context) (uint64, error) {
 		ps = append(ps, h.proj)
 	}
 	s.mu.Unlock()
-	var sum uint64
-	for _, p := range ps {
-		l, err := p.Lag(ctx)
-		if err != nil {
-			return 0, err
-		}
-		sum += l
-	}
-	return sum, nil
+	return SumLag(ctx, ps)
 }
 
 // Run shares the partitions until ctx ends, then stops the projectors,

@@ -52,15 +52,7 @@ func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 				if len(ps) == 0 {
 					return 0, errors.New("projector: not started")
 				}
-				var sum uint64
-				for _, p := range ps {
-					l, err := p.Lag(ctx)
-					if err != nil {
-						return 0, err
-					}
-					sum += l
-				}
-				return sum, nil
+				return projector.SumLag(ctx, ps)
 			}
 			if err := cfg.metrics.WatchProjector(lag); err != nil {
 				return err
