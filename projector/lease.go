@@ -75,8 +75,9 @@ type LeaseConfig struct {
 	// Bucket names it (default LeaseBucket).
 	Bucket string
 	// TTL is how long a key lives unrenewed (default DefaultLeaseTTL, at
-	// least MinLeaseTTL). Every engine sharing the bucket must use the same
-	// TTL: the last to ensure the bucket sets it.
+	// least MinLeaseTTL). The last engine to ensure the bucket sets its
+	// TTL; an engine fences by the smaller of its own and the bucket's
+	// (Shared), so engines given different TTLs stay safe, but should not be.
 	TTL time.Duration
 	// Replicas of the bucket (default 1).
 	Replicas int
@@ -141,15 +142,26 @@ func OpenLeases(ctx context.Context, js jetstream.JetStream, bucket string) (*Le
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", bucket, err)
 	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", bucket, err)
+	l := &Leases{kv: kv}
+	if l.ttl, err = l.CurrentTTL(ctx); err != nil {
+		return nil, err
 	}
-	return &Leases{kv: kv, ttl: st.TTL()}, nil
+	return l, nil
 }
 
-// TTL is how long a key of the bucket lives unrenewed.
+// TTL is how long a key of the bucket lives unrenewed, as it was when l
+// was opened.
 func (l *Leases) TTL() time.Duration { return l.ttl }
+
+// CurrentTTL reads the bucket's TTL as it is now (another engine may have
+// ensured the bucket with another). It fails if the bucket cannot be read.
+func (l *Leases) CurrentTTL(ctx context.Context) (time.Duration, error) {
+	st, err := l.kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bucket %s: %w", l.kv.Bucket(), err)
+	}
+	return st.TTL(), nil
+}
 
 func partitionKey(k int) string      { return "partition." + strconv.Itoa(k) }
 func engineKey(engine string) string { return "engine." + engine }

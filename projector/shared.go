@@ -29,7 +29,8 @@ import (
 //	(send time of the last renewal that succeeded) + TTL - TTL/4
 //
 // by its own clock. The server removes the key no earlier than TTL after
-// it wrote it, which is after that send; so an engine whose renewals fail
+// it wrote it, which is after that send (TTL: the smaller of the engine's
+// own and the bucket's, read every round); so an engine whose renewals fail
 // (cut off, paused, its revision moved) stops that partition's projector
 // (Close bounded by TTL/8) before the key can go and another engine claim
 // it. A renewal that fails with ErrLeaseLost stops it at once.
@@ -49,6 +50,10 @@ type Shared struct {
 	js     jetstream.JetStream
 	cfg    SharedConfig
 	logger *slog.Logger
+
+	// ttl is the TTL the engine fences by: the smaller of its own and the
+	// bucket's as last read (Run's goroutine only).
+	ttl time.Duration
 
 	mu   sync.Mutex // guards held
 	held map[int]*holding
@@ -105,7 +110,7 @@ func NewShared(js jetstream.JetStream, cfg SharedConfig, logger *slog.Logger) (*
 	cfg.Leases = cfg.Leases.withDefaults()
 	cfg.Projector.Partitions = max(cfg.Projector.Partitions, 1)
 	return &Shared{
-		js: js, cfg: cfg, held: map[int]*holding{},
+		js: js, cfg: cfg, held: map[int]*holding{}, ttl: cfg.Leases.TTL,
 		logger: logger.With("component", "partition-leases", "engine", cfg.Engine),
 	}, nil
 }
@@ -140,7 +145,6 @@ func (s *Shared) Lag(ctx context.Context) (uint64, error) {
 // returns nil. It returns early only with ctx's error while the bucket
 // cannot be made.
 func (s *Shared) Run(ctx context.Context) error {
-	ttl := s.cfg.Leases.TTL
 	var leases *Leases
 	for attempt := 1; ; attempt++ {
 		var err error
@@ -153,13 +157,13 @@ func (s *Shared) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(min(ttl/3, time.Duration(50<<min(attempt, 6))*time.Millisecond)):
+		case <-time.After(min(s.ttl/3, time.Duration(50<<min(attempt, 6))*time.Millisecond)):
 		}
 	}
 	defer s.stopAll(leases)
 	for {
 		s.round(ctx, leases)
-		next := time.Now().Add(ttl / 3)
+		next := time.Now().Add(s.ttl / 3)
 		if d, ok := s.earliest(); ok && d.Before(next) {
 			next = d
 		}
@@ -182,7 +186,18 @@ func (s *Shared) ensure(ctx context.Context) (*Leases, error) {
 // round renews what the engine holds, drops what it lost, then claims or
 // releases to reach its share.
 func (s *Shared) round(ctx context.Context, leases *Leases) {
-	ttl := s.cfg.Leases.TTL
+	// Another engine may have set the bucket's TTL shorter than this
+	// one's: fence by the shorter.
+	if err := s.call(ctx, func(ctx context.Context) error {
+		t, err := leases.CurrentTTL(ctx)
+		if err == nil && t > 0 {
+			s.ttl = min(s.cfg.Leases.TTL, t)
+		}
+		return err
+	}); err != nil {
+		s.logger.Warn("reading the lease bucket's TTL", "err", err)
+	}
+	ttl := s.ttl
 	s.fence()
 	if err := s.call(ctx, func(ctx context.Context) error { return leases.Present(ctx, s.cfg.Engine) }); err != nil {
 		s.logger.Warn("recording the engine's presence", "err", err)
@@ -194,7 +209,9 @@ func (s *Shared) round(ctx context.Context, leases *Leases) {
 		}
 		sent := time.Now()
 		var rev uint64
-		err := s.call(ctx, func(ctx context.Context) (err error) {
+		// Not cut short by Run's end: a renewal whose outcome is unknown
+		// would leave a revision the release on stop cannot match.
+		err := s.call(context.WithoutCancel(ctx), func(ctx context.Context) (err error) {
 			rev, err = leases.Renew(ctx, k, h.rev, s.lease(k))
 			return err
 		})
@@ -275,7 +292,7 @@ func (s *Shared) round(ctx context.Context, leases *Leases) {
 // earliest deadline of a held partition, so that a hung call cannot hold
 // a projector past it.
 func (s *Shared) call(ctx context.Context, fn func(context.Context) error) error {
-	d := time.Now().Add(s.cfg.Leases.TTL / 3)
+	d := time.Now().Add(s.ttl / 3)
 	if e, ok := s.earliest(); ok && e.Before(d) {
 		d = e
 	}
@@ -327,7 +344,7 @@ func (s *Shared) drop(k int) {
 	}
 	// Not the engine's ctx: the projector stops within its own bound
 	// whether or not the engine is stopping.
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Leases.TTL/8)
+	ctx, cancel := context.WithTimeout(context.Background(), s.ttl/8)
 	defer cancel()
 	if err := h.proj.Close(ctx); err != nil {
 		s.logger.Warn("stopping a partition's projector", "partition", k, "err", err)
@@ -342,20 +359,36 @@ func (s *Shared) changed(k int, projecting bool) {
 }
 
 // stopAll stops every projector and releases the leases and the engine's
-// presence, within the TTL (an engine that cannot reach the bucket leaves
-// them to expire).
+// presence, each release within TTL/3 (an engine that cannot reach the
+// bucket leaves them to expire).
 func (s *Shared) stopAll(leases *Leases) {
-	// Run's ctx has ended: the release is bounded on its own.
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Leases.TTL/2)
-	defer cancel()
+	// Run's ctx has ended: each release is bounded on its own, so that a
+	// slow projector's close does not eat the others' time.
+	bounded := func(fn func(context.Context) error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), s.ttl/3)
+		defer cancel()
+		return fn(ctx)
+	}
 	for _, k := range s.Held() {
 		h := s.holding(k)
 		s.drop(k)
-		if err := leases.Release(ctx, k, h.rev); err != nil {
+		err := bounded(func(ctx context.Context) error { return leases.Release(ctx, k, h.rev) })
+		if errors.Is(err, ErrLeaseLost) {
+			// A renewal that timed out may have been written all the
+			// same: the key is still this engine's at another revision.
+			err = bounded(func(ctx context.Context) error {
+				owners, _, err := leases.Read(ctx, s.cfg.Projector.Stream)
+				if o, ok := owners[k]; err == nil && ok && o.Owner == s.cfg.Engine {
+					return leases.Release(ctx, k, o.Revision)
+				}
+				return err
+			})
+		}
+		if err != nil {
 			s.logger.Warn("releasing a partition lease on stop", "partition", k, "err", err)
 		}
 	}
-	if err := leases.Leave(ctx, s.cfg.Engine); err != nil {
+	if err := bounded(func(ctx context.Context) error { return leases.Leave(ctx, s.cfg.Engine) }); err != nil {
 		s.logger.Warn("removing the engine's presence on stop", "err", err)
 	}
 }

@@ -347,3 +347,27 @@ func TestSharedRestartTakesItsLeasesBack(t *testing.T) {
 	writeSessions(t, log, "s", 8)
 	projected(t, js, 8)
 }
+
+// TestSharedFencesByTheBucketsTTL: an engine whose TTL is longer than the
+// bucket's (another engine ensured it shorter) fences by the bucket's: cut
+// off, it stops its projectors before the other engine takes them.
+func TestSharedFencesByTheBucketsTTL(t *testing.T) {
+	b, js, log := partitionedSetup(t, 4)
+	var chs changes
+	a := startEngine(t, b, "a", 4, &chs)
+	holds(t, map[*engine][]int{a: {0, 1, 2, 3}})
+	e2 := startEngineTTL(t, b, "b", 4, 2*time.Second, &chs)
+	testenv.Eventually(t, 6*leaseTTL, func() error {
+		if ha, hb := a.shared.Held(), e2.shared.Held(); len(ha) != 2 || len(hb) != 2 {
+			return fmt.Errorf("a holds %v, b holds %v; want two each", ha, hb)
+		}
+		return nil
+	})
+	a.nc.Close()
+	holds(t, map[*engine][]int{a: {}, e2: {0, 1, 2, 3}})
+	if ch, bad := chs.overlaps(); bad {
+		t.Fatalf("engine %s started projecting partition %d while another still did: %+v", ch.engine, ch.partition, chs.log)
+	}
+	writeSessions(t, log, "s", 8)
+	projected(t, js, 8)
+}
