@@ -177,3 +177,58 @@ func TestRepartition(t *testing.T) {
 		t.Fatalf("exec after the repartition printed %q", out)
 	}
 }
+
+// TestServeEnginesSharePartitions: two `engine serve` on one NATS
+// deployment of 4 partitions divide the partitions' projectors, two each,
+// as `projector status --json` shows; when one stops, the other projects
+// all four, and sessions created then are listed.
+func TestServeEnginesSharePartitions(t *testing.T) {
+	url := testenv.StartNATSProcess(t)
+	serve := func(node string) func() {
+		_, stop := serveStoppable(t, "--nats-url", url, "--state-dir", t.TempDir(), "--node-id", node, "--runtime", "local",
+			"--event-partitions", "4", "--partition-lease-ttl", "2s")
+		return stop
+	}
+	stopA := serve("a")
+	stopB := serve("b")
+	defer stopB()
+	owners := func(want map[string]int) error {
+		var st struct {
+			Owners []struct {
+				Partition int    `json:"partition"`
+				Owner     string `json:"owner"`
+			} `json:"partition_owners"`
+		}
+		if err := json.Unmarshal([]byte(mustCLI(t, url, "", "projector", "status", "--json")), &st); err != nil {
+			return err
+		}
+		got := map[string]int{}
+		for _, o := range st.Owners {
+			got[o.Owner]++
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("partitions by owner %v, want %v", got, want)
+		}
+		return nil
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return owners(map[string]int{"sbx_projector_a": 2, "sbx_projector_b": 2})
+	})
+	stopA()
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return owners(map[string]int{"sbx_projector_b": 4})
+	})
+	var ids []string
+	for range 8 {
+		ids = append(ids, strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create")))
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		listed := mustCLI(t, url, "", "sandbox", "list")
+		for _, id := range ids {
+			if !strings.Contains(listed, id) {
+				return fmt.Errorf("session %s not listed:\n%s", id, listed)
+			}
+		}
+		return nil
+	})
+}
