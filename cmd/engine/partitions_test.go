@@ -163,15 +163,7 @@ func TestRepartition(t *testing.T) {
 		t.Fatalf("audit verify: exit %d:\n%s%s", code, out, errs)
 	}
 	mustCLI(t, url, "", "replay", "--verify")
-	testenv.Eventually(t, 30*time.Second, func() error {
-		listed := mustCLI(t, url, "", "sandbox", "list")
-		for _, id := range ids {
-			if !strings.Contains(listed, id) {
-				return fmt.Errorf("session %s not listed after the repartition:\n%s", id, listed)
-			}
-		}
-		return nil
-	})
+	waitListed(t, url, ids)
 	id := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create"))
 	if out := mustCLI(t, url, "", "sandbox", "exec", id, "--", "echo", "after"); out != "after\n" {
 		t.Fatalf("exec after the repartition printed %q", out)
@@ -222,6 +214,13 @@ func TestServeEnginesSharePartitions(t *testing.T) {
 	for range 8 {
 		ids = append(ids, strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create")))
 	}
+	waitListed(t, url, ids)
+}
+
+// waitListed waits until `sandbox list` lists every session of ids (the
+// projection has them).
+func waitListed(t *testing.T, url string, ids []string) {
+	t.Helper()
 	testenv.Eventually(t, 30*time.Second, func() error {
 		listed := mustCLI(t, url, "", "sandbox", "list")
 		for _, id := range ids {
