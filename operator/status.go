@@ -55,6 +55,9 @@ type Report struct {
 	Streams    []StreamStatus     `json:"streams"`
 	Nodes      []events.NodeInfo  `json:"nodes"`
 	Projectors []projector.Status `json:"projectors"`
+	// Owners are the partitions' leases: which engine projects each
+	// (absent when the engines share no partitions by lease).
+	Owners []projector.Owner `json:"partition_owners,omitempty"`
 	// Sessions counts every tenant's sessions by status, as the projection
 	// has them (absent when it cannot be read).
 	Sessions map[string]int `json:"sessions,omitempty"`
@@ -75,9 +78,9 @@ type UnfinishedPuts struct {
 // streams, every events partition's included (replicas, leader,
 // followers, storage), the servers that hold
 // them, the nodes that heartbeat within wait (asked to at once), the
-// projectors' lag, the sessions by status and the unfinished puts. It
+// projectors' lag and the partitions' owners, the sessions by status and the unfinished puts. It
 // fails with unavailable when a stream's info cannot be read or the
-// heartbeats cannot be asked for; the parts after (projectors, sessions,
+// heartbeats cannot be asked for; the parts after (projectors, owners, sessions,
 // puts) are left out when they cannot be read.
 func Status(ctx context.Context, js jetstream.JetStream, wait time.Duration) (Report, error) {
 	var rep Report
@@ -99,6 +102,9 @@ func Status(ctx context.Context, js jetstream.JetStream, wait time.Duration) (Re
 	}
 	if _, sts, err := projector.ReadStatus(ctx, js, events.DefaultStream); err == nil {
 		rep.Projectors = sts
+	}
+	if owners, err := projector.ReadOwners(ctx, js); err == nil {
+		rep.Owners = owners
 	}
 	// Every record is read: a status of a deployment of a million sessions
 	// takes a while (sandbox list --status reads one tenant's).

@@ -7,6 +7,7 @@ import (
 
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/operator"
+	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/storage"
 	"github.com/paddock-dev/paddock/testenv"
@@ -66,6 +67,23 @@ func TestStatusPartitioned(t *testing.T) {
 	rep, err := operator.Status(ctx, js, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(rep.Owners) != 0 {
+		t.Errorf("owners %+v before any lease, want none", rep.Owners)
+	}
+	// An engine's lease of partition 2 is shown as its owner.
+	leases, err := projector.EnsureLeases(ctx, js, projector.LeaseConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leases.Claim(ctx, 2, projector.Lease{Owner: "e1", Projector: "sbx_projector_e1_p2"}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err = operator.Status(ctx, js, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Owners) != 1 || rep.Owners[0].Partition != 2 || rep.Owners[0].Owner != "e1" || rep.Owners[0].Stream != "SBX_EVENTS_2" {
+		t.Errorf("owners %+v, want e1 owning partition 2 (SBX_EVENTS_2)", rep.Owners)
 	}
 	got := map[string]operator.StreamStatus{}
 	for _, s := range rep.Streams {

@@ -59,6 +59,15 @@ type Config struct {
 	// while events keep coming (default 1s). The projector also writes one
 	// whenever it has caught up with the stream.
 	CheckpointInterval time.Duration
+	// Resume starts the projector from the furthest checkpoint any
+	// projector of the same partition (NamePartition of the names) stored,
+	// when that is past its own and not past the stream's end: every event
+	// up to a checkpoint is in the buckets, whoever wrote it. An engine that
+	// takes over a partition's lease sets it, so that it goes on where the
+	// partition's last owner stopped instead of folding the partition from
+	// its own older checkpoint. It assumes the state bucket serves one
+	// deployment (one events stream per partition).
+	Resume bool
 }
 
 // PartitionConfig is c for partition k of n: the partition's stream, and

@@ -21,4 +21,10 @@
 // without a start, an impossible transition, a body that disagrees with
 // its subject) is recorded in its record's problems, counted and logged,
 // and acknowledged; projection of every other session goes on.
+//
+// A deployment's events may be spread over several partitions (streams):
+// a Projector folds one. The engines share the partitions' projectors by
+// lease (lease.go: keys of the sbx_partitions bucket, with a TTL on the
+// server's clock; shared.go: Shared claims, renews, fences and releases
+// them, and runs a projector for each partition its engine holds).
 package projector

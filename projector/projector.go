@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,8 +157,14 @@ func (p *Projector) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("events stream %s: %w", p.cfg.Stream, err)
 	}
-	if last := s.CachedInfo().State.LastSeq; cp.StreamSeq > last {
+	last := s.CachedInfo().State.LastSeq
+	if cp.StreamSeq > last {
 		p.logger.Error("the checkpoint is past the end of the events stream: was the stream recreated? delete the projection's buckets to rebuild them", "checkpoint", cp.StreamSeq, "stream_last", last)
+	}
+	if p.cfg.Resume {
+		if cp, err = p.furthest(ctx, b.State, cp, last); err != nil {
+			return err
+		}
 	}
 	p.buckets = b
 	p.sessions = newTable(b.Sessions, projection.SessionRecord.Take, func(r *projection.SessionRecord) *projection.Ledger { return &r.Ledger })
@@ -166,6 +173,27 @@ func (p *Projector) setup(ctx context.Context) error {
 	p.position.Store(cp.StreamSeq)
 	p.checkpoint.Store(cp.StreamSeq)
 	return p.subscribe(ctx)
+}
+
+// furthest is the furthest checkpoint of the projectors of this one's
+// partition that is past own and not past last, the stream's end (own
+// when there is none).
+func (p *Projector) furthest(ctx context.Context, state jetstream.KeyValue, own Checkpoint, last uint64) (Checkpoint, error) {
+	cps, err := ReadAll[Checkpoint](ctx, state, CheckpointKey("*"))
+	if err != nil {
+		return own, fmt.Errorf("projector: read the checkpoints: %w", err)
+	}
+	best, from := own, p.cfg.Name
+	for key, cp := range cps {
+		name := strings.TrimPrefix(key, CheckpointKey(""))
+		if NamePartition(name) == NamePartition(p.cfg.Name) && cp.StreamSeq > best.StreamSeq && cp.StreamSeq <= last {
+			best, from = cp, name
+		}
+	}
+	if from != p.cfg.Name {
+		p.logger.Info("resuming from another projector's checkpoint of the partition", "from", from, "checkpoint", best.StreamSeq, "own", own.StreamSeq)
+	}
+	return best, nil
 }
 
 // subscribe creates or updates the durable consumer, resets it to the
@@ -578,6 +606,20 @@ func (p *Projector) Lag(ctx context.Context) (uint64, error) {
 		return 0, nil
 	}
 	return last - pos, nil
+}
+
+// SumLag is the sum of the projectors' Lag (0 for none). It fails as the
+// first Lag that fails.
+func SumLag(ctx context.Context, ps []*Projector) (uint64, error) {
+	var sum uint64
+	for _, p := range ps {
+		l, err := p.Lag(ctx)
+		if err != nil {
+			return 0, err
+		}
+		sum += l
+	}
+	return sum, nil
 }
 
 // ReadCheckpoint returns the named projector's checkpoint from the state

@@ -303,3 +303,33 @@ func TestDeliveryGapIsReset(t *testing.T) {
 	checkClean(t, js, 1)
 	verify(t, js, log)
 }
+
+// TestResumeFromAnotherProjector: a projector with Resume starts after the
+// furthest checkpoint of its partition's projectors (one engine's
+// projector taking over from another's), taking in only what came after;
+// a checkpoint past the stream's end (another stream's) is not followed.
+func TestResumeFromAnotherProjector(t *testing.T) {
+	js, log := streamSetup(t)
+	for i := range 4 {
+		newWriter(t, log, "t", fmt.Sprintf("s%d", i)).op("create", true).op("exec", true)
+	}
+	a := start(t, js, projector.Config{Name: "engine-a"})
+	caughtUp(t, a)
+	closeP(t, a)
+	ctx := testenv.Context(t, 10*time.Second)
+	b, err := projector.EnsureBuckets(ctx, js, projector.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	far, _ := json.Marshal(projector.Checkpoint{StreamSeq: 1 << 40})
+	if _, err := b.State.Put(ctx, projector.CheckpointKey("other-stream"), far); err != nil {
+		t.Fatal(err)
+	}
+	newWriter(t, log, "t", "late").op("create", true)
+	c := start(t, js, projector.Config{Name: "engine-b", Resume: true})
+	caughtUp(t, c)
+	if st := c.Stats(); st.Taken != 2 || st.Skipped != 0 || st.Position != 18 {
+		t.Fatalf("resumed projector %+v, want the 2 new events taken from a's checkpoint 16, none skipped, position 18", st)
+	}
+	checkClean(t, js, 5)
+}

@@ -122,6 +122,7 @@ func leaves() []leaf {
 		{"sandbox inspect", "ID", "one session as the projection has it", sbx("inspect")},
 		{"events tail", "", "print the audit trail", with(eventsCmd, "tail")},
 		{"events export", "", "the events, one JSON per line", with(eventsCmd, "export")},
+		{"events repartition", "--partitions N", "move a one-stream deployment to N partitions (engines and nodes stopped)", with(eventsCmd, "repartition")},
 		{"replay", "", "fold the stream from its first event", with(replayCmd)},
 		{"audit verify", "", "hash chain, seq, one finish per start", with(auditCmd, "verify")},
 		{"projector status", "", "the projector's checkpoint and lag", with(projectorCmd, "status")},

@@ -66,6 +66,8 @@ Usage:
                      the events, one JSON per line: as stored (default), or in
                      the OpenAI Agents SDK's audit event format (ls, rm, mkdir,
                      exec_read and the proc ops skipped: the SDK has no op for them)
+  engine events repartition --partitions N   move a one-stream deployment onto N
+                     partitions (external NATS; engines and nodes stopped)
   engine replay [--at SEQ|TIME] [--json]       fold the stream from its first event
   engine replay --session ID [--at SEQ|TIME] [--json]
   engine replay --verify                       compare the KV projection with the replay

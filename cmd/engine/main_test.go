@@ -245,6 +245,8 @@ func TestServeBadFlags(t *testing.T) {
 		{"--tenant-concurrency", "-1"},
 		{"--capture-output", "-5"},
 		{"--node-ttl", "500ms"},
+		{"--partition-lease-ttl", "500ms"},
+		{"--partition-lease-ttl", "-1s"},
 		{"--auto-resume", "always"},
 		{"--otlp-endpoint", "127.0.0.1:4318"}, // no scheme
 		{"--egress-cluster-ports", "6222,70000"},

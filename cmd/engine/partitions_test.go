@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -79,10 +80,15 @@ func TestServePartitioned(t *testing.T) {
 	if out := strings.TrimSpace(mustCLI(t, url, "", "events", "tail", "--durable", "aud", "--json", "--no-follow")); out != "" {
 		t.Fatalf("a second durable tail delivered again:\n%s", out)
 	}
-	// engine status and projector status show every partition.
+	// engine status and projector status show every partition, and the
+	// one engine as the owner of each one's lease.
 	status := mustCLI(t, url, "", "status")
 	projectors := mustCLI(t, url, "", "projector", "status")
-	for _, name := range log.Streams() {
+	for k, name := range log.Streams() {
+		owner := regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+%s\s+sbx_projector_n1\s+sbx_projector_n1(_p%d)?\s`, k, name, k))
+		if !owner.MatchString(status) || !owner.MatchString(projectors) {
+			t.Errorf("engine status or projector status lacks partition %d's owner:\n%s\n%s", k, status, projectors)
+		}
 		if !regexp.MustCompile(`(?m)^` + name + `\s`).MatchString(status) {
 			t.Errorf("engine status lacks stream %s:\n%s", name, status)
 		}
@@ -106,4 +112,122 @@ func TestServePartitioned(t *testing.T) {
 		t.Fatalf("audit verify after restart:\n%s", out)
 	}
 	stop2()
+}
+
+// TestRepartition: `engine events repartition --partitions 4` is refused
+// while the engine and its node run (invalid_state); once they are
+// stopped it moves the one-stream deployment onto four partitions: the
+// engine started again without a flag finds four, every event exported
+// before is exported after, audit verify and replay --verify are clean,
+// the rebuilt projection lists every session, and new sessions work. A
+// second run is refused.
+func TestRepartition(t *testing.T) {
+	url := testenv.StartNATSProcess(t)
+	args := []string{"--nats-url", url, "--state-dir", t.TempDir(), "--node-id", "n1", "--runtime", "local"}
+	_, stop := serveStoppable(t, args...)
+	var ids []string
+	for range 8 {
+		id := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create"))
+		mustCLI(t, url, "", "sandbox", "exec", id, "--", "echo", "hi")
+		ids = append(ids, id)
+	}
+	before := strings.Split(strings.TrimSpace(mustCLI(t, url, "", "events", "export")), "\n")
+	if code, _, errs := cli(t, url, "", "events", "repartition", "--partitions", "4"); code == 0 || !strings.Contains(errs, "invalid_state") {
+		t.Fatalf("repartition with the engine running: exit %d, %s; want refused with invalid_state", code, errs)
+	}
+	stop()
+	out := mustCLI(t, url, "", "events", "repartition", "--partitions", "4")
+	if !strings.Contains(out, "onto 4 partitions") {
+		t.Fatalf("repartition printed:\n%s", out)
+	}
+	if code, _, errs := cli(t, url, "", "events", "repartition", "--partitions", "4"); code == 0 || !strings.Contains(errs, "invalid_state") {
+		t.Fatalf("a second repartition: exit %d, %s; want refused with invalid_state", code, errs)
+	}
+	_, stop2 := serveStoppable(t, args...)
+	defer stop2()
+	js := testenv.JetStream(t, testenv.Connect(t, url))
+	log, err := events.OpenLog(testenv.Context(t, 10*time.Second), js, "", "")
+	if err != nil || log.Partitions() != 4 {
+		t.Fatalf("open log after the repartition: %v; want 4 partitions", err)
+	}
+	after := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(mustCLI(t, url, "", "events", "export")), "\n") {
+		after[l] = true
+	}
+	for _, l := range before {
+		if !after[l] {
+			t.Fatalf("event exported before the repartition is not exported after: %s", l)
+		}
+	}
+	if code, out, errs := cli(t, url, "", "audit", "verify"); code != 0 || !strings.Contains(out, "0 failures") {
+		t.Fatalf("audit verify: exit %d:\n%s%s", code, out, errs)
+	}
+	mustCLI(t, url, "", "replay", "--verify")
+	waitListed(t, url, ids)
+	id := strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create"))
+	if out := mustCLI(t, url, "", "sandbox", "exec", id, "--", "echo", "after"); out != "after\n" {
+		t.Fatalf("exec after the repartition printed %q", out)
+	}
+}
+
+// TestServeEnginesSharePartitions: two `engine serve` on one NATS
+// deployment of 4 partitions divide the partitions' projectors, two each,
+// as `projector status --json` shows; when one stops, the other projects
+// all four, and sessions created then are listed.
+func TestServeEnginesSharePartitions(t *testing.T) {
+	url := testenv.StartNATSProcess(t)
+	serve := func(node string) func() {
+		_, stop := serveStoppable(t, "--nats-url", url, "--state-dir", t.TempDir(), "--node-id", node, "--runtime", "local",
+			"--event-partitions", "4", "--partition-lease-ttl", "2s")
+		return stop
+	}
+	stopA := serve("a")
+	stopB := serve("b")
+	defer stopB()
+	owners := func(want map[string]int) error {
+		var st struct {
+			Owners []struct {
+				Partition int    `json:"partition"`
+				Owner     string `json:"owner"`
+			} `json:"partition_owners"`
+		}
+		if err := json.Unmarshal([]byte(mustCLI(t, url, "", "projector", "status", "--json")), &st); err != nil {
+			return err
+		}
+		got := map[string]int{}
+		for _, o := range st.Owners {
+			got[o.Owner]++
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("partitions by owner %v, want %v", got, want)
+		}
+		return nil
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return owners(map[string]int{"sbx_projector_a": 2, "sbx_projector_b": 2})
+	})
+	stopA()
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return owners(map[string]int{"sbx_projector_b": 4})
+	})
+	var ids []string
+	for range 8 {
+		ids = append(ids, strings.TrimSpace(mustCLI(t, url, "", "sandbox", "create")))
+	}
+	waitListed(t, url, ids)
+}
+
+// waitListed waits until `sandbox list` lists every session of ids (the
+// projection has them).
+func waitListed(t *testing.T, url string, ids []string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		listed := mustCLI(t, url, "", "sandbox", "list")
+		for _, id := range ids {
+			if !strings.Contains(listed, id) {
+				return fmt.Errorf("session %s not listed:\n%s", id, listed)
+			}
+		}
+		return nil
+	})
 }

@@ -21,11 +21,13 @@ import (
 	"github.com/paddock-dev/paddock/storage"
 )
 
-// projectorModule runs the projectors in `engine serve`: one per event
-// partition (one on an unpartitioned deployment), folding the events into
-// the sbx_sessions and sbx_nodes buckets. Its start hook comes after the
-// one that ensures the streams (serve lists it after that invoke), so the
-// number of partitions is known there, and it stops first.
+// projectorModule runs the projectors in `engine serve`, folding the
+// events into the sbx_sessions and sbx_nodes buckets: with partition
+// leases (the default), those of the partitions this engine holds the
+// lease of (projector.Shared: the engines present share the partitions);
+// without (--partition-lease-ttl 0), one per partition. Its start hook
+// comes after the one that ensures the streams (serve lists it after that
+// invoke), so the number of partitions is known there, and it stops first.
 func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 	return fx.Module("projector",
 		fx.Invoke(func(lc fx.Lifecycle, js jetstream.JetStream, c conns, logger *slog.Logger) error {
@@ -34,25 +36,23 @@ func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 				return err
 			}
 			var (
-				mu sync.Mutex // guards ps
-				ps []*projector.Projector
+				mu     sync.Mutex // guards ps and shared
+				ps     []*projector.Projector
+				shared *projector.Shared
+				stop   context.CancelFunc
+				done   chan struct{}
 			)
-			// The lag is the sum over the partitions.
+			// The lag is the sum over the partitions this engine projects.
 			lag := func(ctx context.Context) (uint64, error) {
 				mu.Lock()
 				defer mu.Unlock()
+				if shared != nil {
+					return shared.Lag(ctx)
+				}
 				if len(ps) == 0 {
 					return 0, errors.New("projector: not started")
 				}
-				var sum uint64
-				for _, p := range ps {
-					l, err := p.Lag(ctx)
-					if err != nil {
-						return 0, err
-					}
-					sum += l
-				}
-				return sum, nil
+				return projector.SumLag(ctx, ps)
 			}
 			if err := cfg.metrics.WatchProjector(lag); err != nil {
 				return err
@@ -72,6 +72,26 @@ func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 					}
 					mu.Lock()
 					defer mu.Unlock()
+					if cfg.partitionLeaseTTL > 0 {
+						pc := base
+						pc.Partitions = n
+						s, err := projector.NewShared(js, projector.SharedConfig{
+							Engine: base.Name, Projector: pc,
+							Leases: projector.LeaseConfig{TTL: cfg.partitionLeaseTTL, Replicas: cfg.replicas},
+						}, logger)
+						if err != nil {
+							return err
+						}
+						// The leases outlive the start hook's ctx: the
+						// stop hook ends them.
+						runCtx, cancel := context.WithCancel(context.Background())
+						shared, stop, done = s, cancel, make(chan struct{})
+						go func() { // ended by the stop hook
+							defer close(done)
+							_ = s.Run(runCtx) // returns nil once runCtx ends
+						}()
+						return nil
+					}
 					for k := range n {
 						p, err := projector.New(js, base.PartitionConfig(n, k), logger)
 						if err == nil {
@@ -92,6 +112,15 @@ func projectorModule(cfg serveConfig, asked storage.Limits) fx.Option {
 				OnStop: func(ctx context.Context) error {
 					mu.Lock()
 					defer mu.Unlock()
+					if shared != nil {
+						stop()
+						select {
+						case <-done:
+							return nil
+						case <-ctx.Done():
+							return fmt.Errorf("projector: partition leases not released: %w", ctx.Err())
+						}
+					}
 					var errs []error
 					for _, p := range ps {
 						errs = append(errs, p.Close(ctx))
@@ -168,11 +197,17 @@ func projectorCmd(ctx context.Context, base globals, args []string, stdout, stde
 	if err != nil {
 		return errcode.Wrap(errcode.Unavailable, err, "projector status")
 	}
+	// The checkpoints are worth printing without the owners.
+	owners, err := projector.ReadOwners(ctx, js)
+	if err != nil {
+		fmt.Fprintf(stderr, "projector status: the partition leases could not be read: %v\n", err)
+	}
 	if *jsonOut {
 		return printJSON(stdout, struct {
 			StreamLastSeq uint64             `json:"stream_last_seq"`
 			Projectors    []projector.Status `json:"projectors"`
-		}{last, sts})
+			Owners        []projector.Owner  `json:"partition_owners,omitempty"`
+		}{last, sts, owners})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "PROJECTOR\tSTREAM\tCHECKPOINT\tLAG\tUPDATED\n")
@@ -180,6 +215,7 @@ func projectorCmd(ctx context.Context, base globals, args []string, stdout, stde
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", s.Name, s.Stream, s.StreamSeq, s.Lag, formatTime(s.UpdatedAt))
 	}
 	fmt.Fprintf(tw, "(events stream last seq %d)\n", last)
+	printOwners(tw, owners)
 	return tw.Flush()
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/provision"
 	"github.com/paddock-dev/paddock/retention"
 	"github.com/paddock-dev/paddock/scheduler"
@@ -72,8 +73,12 @@ type serveConfig struct {
 	// eventPartitions is the number of event partitions a new deployment
 	// gets (0: what the deployment has, 1 for a new one).
 	eventPartitions int
-	storage         storageFlags
-	disk            *diskflags.Flags
+	// partitionLeaseTTL is the TTL of the partition leases by which the
+	// engines share the projectors (0: no leases, every engine projects
+	// every partition).
+	partitionLeaseTTL time.Duration
+	storage           storageFlags
+	disk              *diskflags.Flags
 	// diskLevels are the free-space thresholds the disk flags give.
 	diskLevels storage.Thresholds
 	// natsDebug and natsTrace turn on the embedded server's debug and
@@ -121,6 +126,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&cfg.replicas, "replicas", 1, "replicas of the events stream and buckets (use 3 on a cluster)")
 	fs.DurationVar(&cfg.maxAge, "events-max-age", 0, "drop events older than this (0: keep forever)")
 	fs.IntVar(&cfg.eventPartitions, "event-partitions", 0, fmt.Sprintf("streams the session events are spread over, fixed when the deployment is made (1..%d; 0: what the deployment has, 1 for a new one); see docs/scale.md", events.MaxPartitions))
+	fs.DurationVar(&cfg.partitionLeaseTTL, "partition-lease-ttl", projector.DefaultLeaseTTL, fmt.Sprintf("the engines sharing a deployment divide its event partitions' projectors by leases of this TTL (at least %s; a dead engine's partitions are taken over within it; 0: no leases, every engine projects every partition); see docs/scale.md", projector.MinLeaseTTL))
 	cfg.storage.register(fs)
 	cfg.disk = diskflags.Register(fs)
 	fs.BoolVar(&cfg.natsDebug, "nats-debug", false, "log the embedded NATS server's debug lines")
@@ -203,6 +209,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if err := events.ValidatePartitions(cfg.eventPartitions); err != nil {
 		return usageErr("--event-partitions: %v", err)
+	}
+	if cfg.partitionLeaseTTL != 0 {
+		if err := (projector.LeaseConfig{TTL: cfg.partitionLeaseTTL}).Validate(); err != nil {
+			return usageErr("--partition-lease-ttl: %v", err)
+		}
 	}
 	if cfg.capture < 0 || cfg.tenantConcurrent < 0 || cfg.tenantSessions < 0 || cfg.tenantSessionsTotal < 0 || cfg.replicas < 0 {
 		return usageErr("--capture-output, --tenant-concurrency, --tenant-sessions, --tenant-sessions-total and --replicas take no negative numbers")

@@ -10,12 +10,14 @@ import (
 
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/operator"
+	"github.com/paddock-dev/paddock/projector"
 	"github.com/paddock-dev/paddock/retention"
 )
 
 // statusCmd is `engine status`: the deployment at a glance: each stream's
 // replicas, leader and followers, the nodes that answer (asked to
-// heartbeat at once), and the projectors' lag.
+// heartbeat at once), the projectors' lag and which engine projects each
+// partition.
 func statusCmd(ctx context.Context, base globals, args []string, stdout, stderr io.Writer) error {
 	var g globals
 	fs := newFlagSet("status", stderr)
@@ -107,7 +109,21 @@ func printStatus(w io.Writer, rep operator.Report) error {
 	for _, p := range rep.Projectors {
 		fmt.Fprintf(tw, "%s\t%d\t%d\n", p.Name, p.StreamSeq, p.Lag)
 	}
+	printOwners(tw, rep.Owners)
 	return tw.Flush()
+}
+
+// printOwners prints which engine projects each partition (nothing when
+// the engines share no partitions by lease).
+func printOwners(tw io.Writer, owners []projector.Owner) {
+	if len(owners) == 0 {
+		return
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "PARTITION\tSTREAM\tOWNER\tPROJECTOR\tRENEWED")
+	for _, o := range owners {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", o.Partition, o.Stream, o.Owner, o.Projector, formatTime(o.RenewedAt))
+	}
 }
 
 // printStorage prints each stream's bytes against its limit.
