@@ -46,3 +46,8 @@ func ScanCounts(a *Agent, tenant, id string) (full, incremental int) {
 	}
 	return s.content.track.counts()
 }
+
+// SetDirtyTracking turns dirty tracking (Config.DirtyTracking) on or off
+// from now on: benchmarks compare both on one workspace. Call it between
+// operations, never during one.
+func SetDirtyTracking(a *Agent, on bool) { a.cfg.DirtyTracking = &on }
