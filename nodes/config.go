@@ -114,6 +114,17 @@ type Config struct {
 	// workspace, as before (CompressSnapshots applies to it). Both formats
 	// are restored whatever this says.
 	Snapshots string
+	// DirtyTracking lets a manifest persist of a workspace the node scans
+	// on the host read again only the paths an inotify watcher saw change
+	// since the last scan, when that record is complete (nil: on; see
+	// docs/architecture.md, "Dirty tracking", for what it cannot see and
+	// the full scans that bound it).
+	DirtyTracking *bool
+	// FullScanEvery makes every FullScanEvery-th scan of a tracked
+	// workspace a full one whatever the watcher says (default 16;
+	// negative: never), bounding how long a change the watcher cannot
+	// see (see DirtyTracking) stays out of the snapshots.
+	FullScanEvery int
 	// ChunkCacheDir is the node's local cache of snapshot chunks, which a
 	// restore reads before the object store (empty: no cache). The agent
 	// commands put it under their state directory.
@@ -222,6 +233,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DefaultExecTimeout == 0 {
 		c.DefaultExecTimeout = 10 * time.Minute
+	}
+	if c.FullScanEvery == 0 {
+		c.FullScanEvery = 16
 	}
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = 256

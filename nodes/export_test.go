@@ -34,3 +34,20 @@ func SetSnapshotFormat(a *Agent, f string) { a.cfg.Snapshots = f }
 // runtime that does not would: tests cover that path, benchmarks compare
 // both in one run.
 func SetTarRestore(a *Agent, on bool) { a.tarRestore.Store(on) }
+
+// ScanCounts returns how many scans of the session's workspace were full
+// and how many incremental (dirty tracking) on a.
+func ScanCounts(a *Agent, tenant, id string) (full, incremental int) {
+	a.mu.Lock()
+	s := a.sessions[sessionKey(tenant, id)]
+	a.mu.Unlock()
+	if s == nil {
+		return 0, 0
+	}
+	return s.content.track.counts()
+}
+
+// SetDirtyTracking turns dirty tracking (Config.DirtyTracking) on or off
+// from now on: benchmarks compare both on one workspace. Call it between
+// operations, never during one.
+func SetDirtyTracking(a *Agent, on bool) { a.cfg.DirtyTracking = &on }

@@ -33,7 +33,10 @@ import (
 // 1024) in 10,000 files of random bytes, on the local runtime and on
 // Docker with a loopfs disk (the node scans the workspace on the host):
 //
-//	persist-manifest  persist after changing 1 MiB of one file
+//	persist-manifest  persist after changing 1 MiB of one file (five
+//	                  per run, alternating with the next)
+//	persist-manifest-full-scan  the same with dirty tracking off: the
+//	                  node scans the whole workspace (before tracking)
 //	persist-tar       a tar persist of the same workspace (then deleted)
 //	restore-warm      hydrate of the newest manifest snapshot, every chunk
 //	                  in the node's cache
@@ -126,35 +129,44 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var manifest, tar, warm, warmTar, cold, raw []time.Duration
+	var manifest, fullScan, tar, warm, warmTar, cold, raw []time.Duration
 	var last commands.Snapshot
 	var chunks map[string]int64
 	for i := 0; i < b.N; i++ {
-		// (a) 1 MiB changed, then a manifest persist.
-		_, _ = rand.Read(chunk)
-		f, err := os.OpenFile(big, os.O_WRONLY, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, err = f.WriteAt(chunk, 0)
-		f.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-		nodes.SetSnapshotFormat(st.Agent, nodes.SnapshotsManifest)
-		t0 := time.Now()
-		last, err = st.Client.Persist(ctx, s.SessionID)
-		manifest = append(manifest, time.Since(t0))
-		if err != nil {
-			b.Fatal(err)
-		}
-		d := lastData[events.SnapshotFinish](b, st, s.SessionID)
-		if d.Chunks == nil || d.Chunks.Uploaded != 1 {
-			b.Fatalf("manifest persist uploaded %+v; want 1 chunk", d.Chunks)
+		// (a) 1 MiB changed, then a manifest persist, with dirty
+		// tracking and without, alternating.
+		for j := range 10 {
+			_, _ = rand.Read(chunk)
+			f, err := os.OpenFile(big, os.O_WRONLY, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, err = f.WriteAt(chunk, 0)
+			f.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			tracked := j%2 == 0
+			nodes.SetDirtyTracking(st.Agent, tracked)
+			t0 := time.Now()
+			last, err = st.Client.Persist(ctx, s.SessionID)
+			if tracked {
+				manifest = append(manifest, time.Since(t0))
+			} else {
+				fullScan = append(fullScan, time.Since(t0))
+			}
+			nodes.SetDirtyTracking(st.Agent, true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d := lastData[events.SnapshotFinish](b, st, s.SessionID)
+			if d.Chunks == nil || d.Chunks.Uploaded != 1 {
+				b.Fatalf("manifest persist uploaded %+v; want 1 chunk", d.Chunks)
+			}
 		}
 		// (b) a tar persist of the same workspace.
 		nodes.SetSnapshotFormat(st.Agent, nodes.SnapshotsTar)
-		t0 = time.Now()
+		t0 := time.Now()
 		ts, err := st.Client.Persist(ctx, s.SessionID)
 		tar = append(tar, time.Since(t0))
 		nodes.SetSnapshotFormat(st.Agent, nodes.SnapshotsManifest)
@@ -222,6 +234,7 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 	b.StopTimer()
 	p50 := testenv.P50Millis
 	b.ReportMetric(p50(manifest), "persist-manifest-p50-ms")
+	b.ReportMetric(p50(fullScan), "persist-manifest-full-scan-p50-ms")
 	b.ReportMetric(p50(tar), "persist-tar-p50-ms")
 	b.ReportMetric(p50(warm), "restore-warm-p50-ms")
 	b.ReportMetric(p50(warmTar), "restore-warm-tar-p50-ms")

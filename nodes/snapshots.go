@@ -73,6 +73,10 @@ type contentState struct {
 	// the tenant's store then.
 	manifest *snapshot.Manifest
 	root     string
+
+	// track is the dirty tracking of the workspace (dirty.go), with its
+	// own lock.
+	track trackerSlot
 }
 
 // hashCache returns the sandbox's hash cache, made on first use.
@@ -90,6 +94,7 @@ func (c *contentState) dropHashes() {
 	c.mu.Lock()
 	c.hashes = nil
 	c.mu.Unlock()
+	c.track.drop()
 }
 
 // last returns the last manifest and its root (nil, "" before one).
@@ -213,7 +218,7 @@ func (a *Agent) storeChunks(ctx context.Context, s *session, store *objectstore.
 	up := store.Uploader(ctx, s.tenant, uploadParallel)
 	var m *snapshot.Manifest
 	if dir, ok := hostDir(sb); ok {
-		sc, err := snapshot.Scan(ctx, dir, skip, s.content.hashCache())
+		sc, err := a.scanWorkspace(ctx, s, dir, skip)
 		if err != nil {
 			_, _ = up.Wait()
 			return nil, counts, err
@@ -303,7 +308,7 @@ func manifestOfExport(ctx context.Context, sb runtime.Sandbox, skip archive.Skip
 func (a *Agent) liveManifest(ctx context.Context, s *session, sb runtime.Sandbox) (*snapshot.Manifest, error) {
 	skip := ephemeralSkip(s.ephemeral)
 	if dir, ok := hostDir(sb); ok {
-		sc, err := snapshot.Scan(ctx, dir, skip, s.content.hashCache())
+		sc, err := a.scanWorkspace(ctx, s, dir, skip)
 		if err != nil {
 			return nil, err
 		}
@@ -353,6 +358,7 @@ func (a *Agent) restoreFrom(ctx context.Context, s *session, sb runtime.Sandbox,
 	if err := commands.CheckToken("snapshot id", snapshotID); err != nil {
 		return restored{}, err
 	}
+	s.content.track.drop() // the workspace is replaced: the next scan is full
 	store, err := a.workspaces(ctx)
 	if err != nil {
 		return restored{}, err

@@ -57,6 +57,9 @@ type teardownHook struct {
 // teardownHooks returns the agent's teardown hooks, in the order they run.
 func (a *Agent) teardownHooks() []teardownHook {
 	return []teardownHook{
+		// First, as it cannot fail: a tracker is always safe to drop (the
+		// next scan is full) and its watcher's goroutine must end.
+		{"dirty tracking", func(_ context.Context, s *session, _ ending) error { s.content.track.drop(); return nil }},
 		{"processes", endProcesses},
 		{"sandbox", endSandbox},
 		{"status", endStatus},

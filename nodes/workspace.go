@@ -182,6 +182,7 @@ func (f *readFailure) Read(p []byte) (int, error) {
 // session owner (of s's tenant), or an uploaded archive when upload is
 // set (see restoreArchive).
 func (a *Agent) restoreTar(ctx context.Context, s *session, sb runtime.Sandbox, owner, snapshotID, upload string) (archive.Stats, error) {
+	s.content.track.drop() // the workspace is replaced: the next scan is full
 	store, err := a.workspaces(ctx)
 	if err != nil {
 		return archive.Stats{}, err

@@ -36,13 +36,13 @@ const racyWindow = time.Second
 
 // fileKey identifies one version of a file as its inode shows it.
 type fileKey struct {
-	dev, ino           uint64
+	dev, ino, nlink    uint64
 	size, mtime, ctime int64 // ns since the epoch
 }
 
 func keyOf(st *unix.Stat_t) fileKey {
 	return fileKey{
-		dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
+		dev: uint64(st.Dev), ino: st.Ino, nlink: uint64(st.Nlink), size: st.Size,
 		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(),
 	}
 }
@@ -100,6 +100,9 @@ type chunkLoc struct {
 // the tree each of its chunks can be read again.
 type Scanned struct {
 	Manifest *Manifest
+	// Incremental is true when the scan took what had not changed from
+	// an earlier one (ScanSince) rather than reading the whole tree.
+	Incremental bool
 
 	dir         string
 	locsOnce    sync.Once
@@ -194,8 +197,13 @@ type scanner struct {
 	walkers   sync.WaitGroup
 	cancel    context.CancelCauseFunc
 
+	// reuse is what an incremental scan takes from the earlier one (nil
+	// for a full scan); read-only once the scan starts.
+	reuse *reuse
+
 	mu      sync.Mutex // guards what follows
 	entries []*Entry   // a job's worker fills in its file's
+	reused  []Entry    // entries taken from the earlier scan
 	files   map[string]cachedFile
 	hashed  int
 	hbytes  int64
@@ -226,17 +234,25 @@ func Scan(ctx context.Context, dir string, skip archive.Skip, cache *HashCache) 
 // other).
 func scanAt(ctx context.Context, dir string, skip archive.Skip, cache *HashCache, start time.Time,
 	afterRead func(rel string, attempt int)) (*Scanned, error) {
+	return scanFrom(ctx, dir, skip, cache, start, afterRead, nil)
+}
+
+// scanFrom is scanAt taking what it can from an earlier scan (since: nil
+// reads everything).
+func scanFrom(ctx context.Context, dir string, skip archive.Skip, cache *HashCache, start time.Time,
+	afterRead func(rel string, attempt int), since *Since) (*Scanned, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.RuntimeError, err, "open workspace")
 	}
 	defer root.Close()
+	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	s := &scanner{
 		ctx: ctx, skip: skip, cache: cache, start: start, afterRead: afterRead, lim: Limits{}.withDefaults(),
 		jobs: make(chan scanJob, 4*scanWorkers), walkSlots: make(chan struct{}, scanWalkers-1), cancel: cancel,
-		files: map[string]cachedFile{},
+		files: map[string]cachedFile{}, reuse: newReuse(since, cache),
 	}
 	var wg sync.WaitGroup
 	for range scanWorkers {
@@ -256,7 +272,7 @@ func scanAt(ctx context.Context, dir string, skip archive.Skip, cache *HashCache
 			}
 		})
 	}
-	walkErr := s.walk(root, "")
+	walkErr := s.walk(root, "", s.reuse == nil)
 	if walkErr != nil {
 		cancel(walkErr) // stops the other walkers and the workers
 	}
@@ -266,12 +282,21 @@ func scanAt(ctx context.Context, dir string, skip archive.Skip, cache *HashCache
 	if walkErr == nil && ctx.Err() != nil {
 		walkErr = context.Cause(ctx)
 	}
+	if errors.Is(walkErr, errShared) {
+		// A file with another link, which a change through that link
+		// would not name: read everything.
+		return scanFrom(parent, dir, skip, cache, start, afterRead, nil)
+	}
 	if walkErr != nil {
 		return nil, walkErr
 	}
-	m := &Manifest{Version: Version, Entries: make([]Entry, len(s.entries))}
+	m := &Manifest{Version: Version, Entries: make([]Entry, len(s.entries), len(s.entries)+len(s.reused))}
 	for i, e := range s.entries {
 		m.Entries[i] = *e
+	}
+	m.Entries = append(m.Entries, s.reused...)
+	if len(m.Entries) > s.lim.MaxEntries {
+		return nil, errcode.New(errcode.PayloadTooLarge, "the workspace has more than %d entries", s.lim.MaxEntries)
 	}
 	slices.SortFunc(m.Entries, cmpEntry)
 	if _, _, n := m.Stats(); n > s.lim.MaxBytes {
@@ -279,15 +304,17 @@ func scanAt(ctx context.Context, dir string, skip archive.Skip, cache *HashCache
 	}
 	cache.replace(s.files)
 	return &Scanned{
-		Manifest: m, dir: dir,
+		Manifest: m, dir: dir, Incremental: s.reuse != nil,
 		hashedFiles: s.hashed, hashedBytes: s.hbytes, skipped: s.skipped,
 	}, nil
 }
 
 // walk records the members of the directory r (at rel) and below. The
 // members are stat-ed, read and opened relative to the directory's own
-// descriptor, one name at a time and never through a symlink.
-func (s *scanner) walk(r *os.Root, rel string) error {
+// descriptor, one name at a time and never through a symlink. With fresh
+// false (an incremental scan, in a directory that did not change), a
+// member that did not change is taken from the earlier scan unread.
+func (s *scanner) walk(r *os.Root, rel string, fresh bool) error {
 	d, err := r.Open(".")
 	if err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "read directory "+relOrRoot(rel))
@@ -303,7 +330,7 @@ func (s *scanner) walk(r *os.Root, rel string) error {
 		if err := s.ctx.Err(); err != nil {
 			return context.Cause(s.ctx)
 		}
-		if err := s.member(r, dirfd, rel, name); err != nil {
+		if err := s.member(r, dirfd, rel, name, fresh); err != nil {
 			return err
 		}
 	}
@@ -318,7 +345,7 @@ func relOrRoot(rel string) string {
 }
 
 // member records one directory member, and for a directory its tree.
-func (s *scanner) member(r *os.Root, dirfd int, dirRel, name string) error {
+func (s *scanner) member(r *os.Root, dirfd int, dirRel, name string, fresh bool) error {
 	rel := path.Join(dirRel, name)
 	if s.skip != nil && s.skip(rel) {
 		s.addSkipped()
@@ -327,14 +354,20 @@ func (s *scanner) member(r *os.Root, dirfd int, dirRel, name string) error {
 	if !utf8.ValidString(rel) {
 		return errcode.New(errcode.InvalidPath, "workspace path %q is not UTF-8: a manifest cannot hold it", rel)
 	}
+	if !fresh {
+		var reused bool
+		if fresh, reused = s.reuse.take(s, rel); reused {
+			return nil
+		}
+	}
 	s.mu.Lock()
-	n := len(s.entries)
+	n := len(s.entries) + len(s.reused)
 	s.mu.Unlock()
 	if n >= s.lim.MaxEntries {
 		return errcode.New(errcode.PayloadTooLarge, "the workspace has more than %d entries", s.lim.MaxEntries)
 	}
 	for attempt := 0; ; attempt++ {
-		err := s.memberOnce(r, dirfd, rel, name)
+		err := s.memberOnce(r, dirfd, rel, name, fresh)
 		if !errors.Is(err, errRaced) {
 			return err
 		}
@@ -347,7 +380,11 @@ func (s *scanner) member(r *os.Root, dirfd int, dirRel, name string) error {
 // errRaced is a path replaced between its stat and its open.
 var errRaced = errors.New("replaced between stat and open")
 
-func (s *scanner) memberOnce(r *os.Root, dirfd int, rel, name string) error {
+// errShared ends an incremental scan that met a file with more than one
+// link: it starts again in full.
+var errShared = errors.New("a file has more than one link")
+
+func (s *scanner) memberOnce(r *os.Root, dirfd int, rel, name string, fresh bool) error {
 	var st unix.Stat_t
 	err := ignoringEINTR(func() error { return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) })
 	if errors.Is(err, fs.ErrNotExist) {
@@ -376,14 +413,14 @@ func (s *scanner) memberOnce(r *os.Root, dirfd int, rel, name string) error {
 			s.walkers.Go(func() {
 				defer func() { <-s.walkSlots }()
 				defer sub.Close()
-				if err := s.walk(sub, rel); err != nil {
+				if err := s.walk(sub, rel, fresh); err != nil {
 					s.cancel(err)
 				}
 			})
 			return nil
 		default:
 			defer sub.Close()
-			return s.walk(sub, rel)
+			return s.walk(sub, rel, fresh)
 		}
 	case unix.S_IFLNK:
 		target, err := readlinkat(dirfd, name)
@@ -400,6 +437,9 @@ func (s *scanner) memberOnce(r *os.Root, dirfd int, rel, name string) error {
 		s.add(&Entry{Path: rel, Kind: KindSymlink, Mode: 0o777, Target: target})
 		return nil
 	case unix.S_IFREG:
+		if s.reuse != nil && st.Nlink > 1 {
+			return errShared
+		}
 		e := &Entry{Path: rel, Kind: KindFile, Mode: mode, Size: st.Size}
 		k := keyOf(&st)
 		if chunks, ok := s.cache.get(rel, k); ok {

@@ -312,6 +312,26 @@ func (w *Watcher) End(ctx context.Context, tok Token) commands.Changes {
 	return win.result()
 }
 
+// EndPaths closes the window tok as End does and returns every path it
+// saw change (in the order first seen, a path created then removed
+// included), and complete: false when the window was Truncated (a queue
+// overflow, a directory left unwatched, more paths than MaxTracked, a
+// fence that did not come, the root gone or the watcher closed), and then
+// the paths are not all there are. Dirty tracking (a persist that reads
+// only what changed) must read everything again when complete is false.
+func (w *Watcher) EndPaths(ctx context.Context, tok Token) (paths []string, complete bool) {
+	w.mu.Lock()
+	win := w.windows[tok]
+	w.mu.Unlock()
+	if win == nil {
+		return nil, false
+	}
+	w.End(ctx, tok) // removes the window: its fields are no longer shared
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return win.order, !win.truncated && !w.stale && !w.incomplete && !w.closed
+}
+
 // makeFence makes the next fence, calling set with its seq under w.mu
 // first; when it cannot be made, failed (under w.mu).
 func (w *Watcher) makeFence(set func(seq uint64), failed func()) {

@@ -267,3 +267,32 @@ func TestBadRoot(t *testing.T) {
 		t.Fatal("no error for a missing fence directory")
 	}
 }
+
+// TestEndPaths checks the record dirty tracking reads: every path a
+// window saw, more than commands.MaxChangedPaths of them, complete; and
+// incomplete once the window tracked more paths than its bound.
+func TestEndPaths(t *testing.T) {
+	w, dir := start(t, changes.Config{MaxTracked: 300})
+	ctx := testenv.Context(t, 10*time.Second)
+	tok := w.Begin()
+	sh(t, dir, "mkdir a && for i in $(seq 1 250); do echo x > a/f$i; done && rm a/f1")
+	got, complete := w.EndPaths(ctx, tok)
+	if !complete {
+		t.Fatal("a window within its bounds is not complete")
+	}
+	if len(got) != 251 || !slices.Contains(got, "a/f250") || !slices.Contains(got, "a/f1") || !slices.Contains(got, "a") {
+		t.Fatalf("got %d paths (%v...), want a and a/f1..a/f250", len(got), got[:min(5, len(got))])
+	}
+	tok = w.Begin()
+	sh(t, dir, "for i in $(seq 1 400); do echo x > a/g$i; done")
+	if got, complete = w.EndPaths(ctx, tok); complete {
+		t.Fatalf("a window past its bound of 300 paths is complete (%d paths)", len(got))
+	}
+	if _, complete := w.EndPaths(ctx, tok); complete {
+		t.Fatal("an ended window's token is complete")
+	}
+	w.Close()
+	if _, complete := w.EndPaths(ctx, w.Begin()); complete {
+		t.Fatal("a closed watcher's window is complete")
+	}
+}
