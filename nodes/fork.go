@@ -79,6 +79,11 @@ func (a *Agent) recordedPoint(ctx context.Context, s *session, id string, atSeq 
 		}
 		return commands.Parent{}, errcode.New(errcode.SnapshotNotFound, "session %s recorded no snapshot at or before seq %d", s.id, atSeq)
 	}
+	if found.Snapshot.IsMemory() {
+		// Not built yet: a child would get the checkpoint's files as its
+		// workspace. Said, not done silently.
+		return commands.Parent{}, errcode.New(errcode.InvalidRequest, "snapshot %s of session %s is a memory checkpoint: forking from one is not supported yet; fork from a workspace snapshot", found.Snapshot.ID, s.id)
+	}
 	return found.Point(s.id), nil
 }
 

@@ -2,15 +2,20 @@ package nodes_test
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/nodes/runtime/runsc"
 	"github.com/paddock-dev/paddock/testenv"
 )
@@ -46,5 +51,167 @@ func TestRunscNode(t *testing.T) {
 	}
 	if err := st.Client.Delete(ctx, s.SessionID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// counterScript keeps a counter in a shell's memory only: it counts up
+// every 0.1 s, writes it to the workspace file c on SIGUSR1 and adds
+// 1,000,000 to it on SIGUSR2. The exec prints the counter's pid and
+// returns; the counter lives on in the background.
+const counterScript = `(i=0; trap 'echo $i > c' USR1; trap 'i=$((i+1000000))' USR2; while :; do i=$((i+1)); sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!`
+
+// readCounter asks the counter pid of session id for its value, through
+// the node, waiting for the answer.
+func readCounter(t *testing.T, st *testenv.Stack, id, pid string) int {
+	t.Helper()
+	ctx := testenv.Context(t, time.Minute)
+	var n int
+	testenv.Eventually(t, time.Minute, func() error {
+		res, err := st.Client.Exec(ctx, id, commands.ExecArgs{Shell: "rm -f c; kill -USR1 " + pid + " && while [ ! -s c ]; do sleep 0.05; done; cat c"})
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		n, err = strconv.Atoi(strings.TrimSpace(res.Stdout))
+		return err
+	})
+	return n
+}
+
+// TestRunscCheckpointResumeOnAnotherNode: a counter held only in a
+// shell's memory on node A is checkpointed through the node (left
+// running: it counts on; then stopping the session); node A goes away and
+// a resume on node B brings the processes back running with the counter
+// where it was. The memory snapshot is in the chain with its digests; it
+// cannot be hydrated or forked from; a checkpoint of a session on a
+// runtime that cannot is policy_denied, of an unknown session
+// session_not_found, of a stopped one invalid_state.
+func TestRunscCheckpointResumeOnAnotherNode(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	nodeA, nodeB := "ckpa-"+uuid.NewString()[:8], "ckpb-"+uuid.NewString()[:8]
+	rtA := testenv.RunscRuntime(t, t.TempDir(), nodeA)
+	rtB := testenv.RunscRuntime(t, t.TempDir(), nodeB)
+	loc, err := local.New(local.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	ctx := testenv.Context(t, 5*time.Minute)
+	a := startAgent(t, st, nodes.Config{ID: nodeA, CheckpointDir: t.TempDir()}, rtA)
+	testenv.StartAgent(t, st.Broker.ClientURL(), nodes.Config{ID: "ckpl-" + uuid.NewString()[:8]}, loc)
+
+	ls, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Client.Checkpoint(ctx, ls.SessionID, commands.CheckpointArgs{}); !errors.Is(err, errcode.ErrPolicyDenied) {
+		t.Errorf("checkpoint of a local session: %v; want policy_denied", err)
+	}
+	if _, err := st.Client.Checkpoint(ctx, uuid.NewString(), commands.CheckpointArgs{}); !errors.Is(err, errcode.ErrSessionNotFound) {
+		t.Errorf("checkpoint of an unknown session: %v; want session_not_found", err)
+	}
+
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: runsc.Name, Image: image})
+	if err != nil || s.Node != nodeA {
+		t.Fatalf("create = %+v, %v; want on %s", s, err, nodeA)
+	}
+	defer func() { _ = st.Client.Delete(testenv.Context(t, time.Minute), s.SessionID) }()
+	res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: counterScript})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("start the counter: %+v, %v", res, err)
+	}
+	pid := strings.TrimSpace(res.Stdout)
+	readCounter(t, st, s.SessionID, pid)
+
+	// Left running: the counter counts on in the same sandbox.
+	kept, err := st.Client.Checkpoint(ctx, s.SessionID, commands.CheckpointArgs{LeaveRunning: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept.Status != "running" || !kept.Snapshot.IsMemory() || kept.Snapshot.Memory.ImageSHA256 == "" || kept.Snapshot.RootSHA256 == "" {
+		t.Errorf("checkpoint --leave-running = %+v; want running, a memory snapshot with digests", kept)
+	}
+	before := readCounter(t, st, s.SessionID, pid)
+	testenv.Eventually(t, time.Minute, func() error {
+		if n := readCounter(t, st, s.SessionID, pid); n <= before {
+			return fmt.Errorf("counter %d, want past %d", n, before)
+		}
+		return nil
+	})
+
+	// Marked in memory only, then checkpointed, stopping the session.
+	if res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: "kill -USR2 " + pid}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("kill -USR2: %+v, %v", res, err)
+	}
+	marked := readCounter(t, st, s.SessionID, pid)
+	if marked < 1_000_000 {
+		t.Fatalf("counter %d after USR2; want 1,000,000 more", marked)
+	}
+	stopped, err := st.Client.Checkpoint(ctx, s.SessionID, commands.CheckpointArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stopped.Status != "stopped" || !stopped.Snapshot.IsMemory() || stopped.Snapshot.ID == kept.Snapshot.ID {
+		t.Errorf("checkpoint = %+v; want stopped, a new memory snapshot", stopped)
+	}
+	if _, err := st.Client.Checkpoint(ctx, s.SessionID, commands.CheckpointArgs{}); !errors.Is(err, errcode.ErrInvalidState) {
+		t.Errorf("checkpoint of a stopped session: %v; want invalid_state", err)
+	}
+	// The chain records the memory snapshot with its digests, in data
+	// that decodes strictly as its type.
+	var recorded bool
+	for _, ev := range sessionEvents(t, st, "default", s.SessionID) {
+		if ev.Op != string(commands.OpCheckpoint) || ev.Phase == events.PhaseFinish && ev.ErrorCode != "" {
+			continue // a failed finish has no data
+		}
+		if d := events.NewData(ev.Op, ev.Phase); d == nil || jsonv2.Unmarshal(ev.Data, d, jsonv2.RejectUnknownMembers(true)) != nil {
+			t.Errorf("checkpoint %s data %s does not decode strictly as %T", ev.Phase, ev.Data, d)
+		}
+		if ev.Phase == events.PhaseFinish {
+			d, err := events.DecodeData[events.SnapshotFinish](ev)
+			if err == nil && d.Snapshot != nil && d.Snapshot.ID == stopped.Snapshot.ID && *d.Snapshot.Memory == *stopped.Snapshot.Memory {
+				recorded = true
+			}
+		}
+	}
+	if !recorded {
+		t.Errorf("no checkpoint finish records snapshot %s with its digests", stopped.Snapshot.ID)
+	}
+
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t, st, nodes.Config{ID: nodeB, CheckpointDir: t.TempDir()}, rtB)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		for _, n := range st.Scheduler.Nodes() {
+			if n.Node == nodeB {
+				return nil
+			}
+		}
+		return errors.New("node B not registered yet")
+	})
+	rr, err := st.Client.Resume(ctx, s.SessionID, nil)
+	if err != nil || rr.Node != nodeB || !rr.Memory || rr.SnapshotID != stopped.Snapshot.ID || rr.Epoch != 2 {
+		t.Fatalf("resume = %+v, %v; want the memory snapshot %s restored on %s at epoch 2", rr, err, stopped.Snapshot.ID, nodeB)
+	}
+	// The same process, with its memory: the mark is there and it counts on.
+	after := readCounter(t, st, s.SessionID, pid)
+	if after < marked {
+		t.Fatalf("counter %d after the resume; want at least %d (it was checkpointed there)", after, marked)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		if n := readCounter(t, st, s.SessionID, pid); n <= after {
+			return fmt.Errorf("counter %d, want past %d", n, after)
+		}
+		return nil
+	})
+
+	if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: stopped.Snapshot.ID}); !errors.Is(err, errcode.ErrInvalidRequest) {
+		t.Errorf("hydrate from a memory snapshot: %v; want invalid_request", err)
+	}
+	if _, err := st.Client.Fork(ctx, s.SessionID, commands.ForkRequest{N: 1, SnapshotID: stopped.Snapshot.ID}); !errors.Is(err, errcode.ErrInvalidRequest) {
+		t.Errorf("fork from a memory snapshot: %v; want invalid_request (not built yet)", err)
 	}
 }
