@@ -113,31 +113,64 @@ func (a *Agent) storeCheckpoint(ctx context.Context, s *session, store *objectst
 	return &snap, counts, nil
 }
 
-// restoreMemory brings the memory checkpoint snap back as a new sandbox
-// of s at the next epoch (the caller records the epoch and serves it).
-// The manifest's root must be the chain's and every chunk is verified
-// (snapshot_corrupt otherwise); the runtime's record of the files must
-// name the chain's digests (snapshot_corrupt), and the runtime checks
-// the files against it before anything runs. A runtime that cannot
-// restore is policy_denied.
-func (a *Agent) restoreMemory(ctx context.Context, s *session, snap *commands.Snapshot) (runtime.Sandbox, *events.ChunkCounts, error) {
+// memoryPoint names a memory checkpoint: snapshot id of session owner
+// (the session's own, or a fork parent's of its tenant), its manifest
+// root and its files' digests as the chain recorded them.
+type memoryPoint struct {
+	owner, id, root string
+	memory          *commands.MemoryImage
+}
+
+// pointOf is the memory point of s's own snapshot snap.
+func pointOf(s *session, snap *commands.Snapshot) memoryPoint {
+	return memoryPoint{owner: s.id, id: snap.ID, root: snap.RootSHA256, memory: snap.Memory}
+}
+
+// resumeMemory brings s's memory checkpoint snap back as a new sandbox of
+// s at the next epoch (the caller records the epoch and serves it).
+func (a *Agent) resumeMemory(ctx context.Context, s *session, snap *commands.Snapshot) (runtime.Sandbox, *events.ChunkCounts, error) {
 	rt, ok := a.runtimes[s.runtime]
 	if !ok {
 		return nil, nil, errcode.New(errcode.NoCapacity, "node %s has no %s runtime", a.cfg.ID, s.runtime)
 	}
+	s.mu.Lock()
+	spec := s.spec
+	s.mu.Unlock()
+	spec.Epoch++
+	spec.Node = a.cfg.ID
+	sb, counts, err := a.restoreMemory(ctx, s, rt, pointOf(s, snap), spec)
+	if err != nil {
+		return nil, counts, err
+	}
+	s.mu.Lock()
+	s.spec = spec
+	s.mu.Unlock()
+	return sb, counts, nil
+}
+
+// restoreMemory restores the memory checkpoint pt as a new sandbox of rt
+// named by spec. The manifest's root must be pt's and every chunk is
+// verified (snapshot_corrupt otherwise); the runtime's record of the
+// files must name pt's digests (snapshot_corrupt), and the runtime checks
+// the files against it before anything runs. A runtime that cannot
+// restore is policy_denied.
+func (a *Agent) restoreMemory(ctx context.Context, s *session, rt runtime.Runtime, pt memoryPoint, spec runtime.Spec) (runtime.Sandbox, *events.ChunkCounts, error) {
 	if _, ok := rt.(runtime.Restorer); !ok {
 		return nil, nil, runtime.ErrNoCheckpoint(rt.Name())
+	}
+	if err := commands.CheckToken("session id", pt.owner); err != nil {
+		return nil, nil, err
 	}
 	store, err := a.workspaces(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, _, err := store.GetManifest(ctx, s.tenant, s.id, snap.ID, a.manifestLimits())
+	m, _, err := store.GetManifest(ctx, s.tenant, pt.owner, pt.id, a.manifestLimits())
 	if err != nil {
 		return nil, nil, corrupt(err)
 	}
-	if m.Root() != snap.RootSHA256 {
-		return nil, nil, errcode.New(errcode.SnapshotCorrupt, "memory checkpoint %s: the stored manifest's root is %s, the chain records %s", snap.ID, m.Root(), snap.RootSHA256)
+	if m.Root() != pt.root {
+		return nil, nil, errcode.New(errcode.SnapshotCorrupt, "memory checkpoint %s: the stored manifest's root is %s, the chain records %s", pt.id, m.Root(), pt.root)
 	}
 	dir, err := os.MkdirTemp(a.cfg.CheckpointDir, "paddock-restore-")
 	if err != nil {
@@ -155,40 +188,32 @@ func (a *Agent) restoreMemory(ctx context.Context, s *session, snap *commands.Sn
 		return nil, nil, corrupt(err)
 	}
 	c := counts()
-	if err := checkRecorded(rt, filepath.Clean(dir), snap); err != nil {
+	if err := checkRecorded(rt, filepath.Clean(dir), pt); err != nil {
 		return nil, &c, err
 	}
-	s.mu.Lock()
-	spec := s.spec
-	s.mu.Unlock()
-	spec.Epoch++
-	spec.Node = a.cfg.ID
 	sb, err := runtime.RestoreWith(ctx, rt, spec, dir)
 	if err != nil {
 		return nil, &c, fmt.Errorf("restore the memory checkpoint: %w", err)
 	}
-	s.mu.Lock()
-	s.spec = spec
-	s.mu.Unlock()
 	return sb, &c, nil
 }
 
 // checkRecorded compares what the runtime's record in dir says of its
-// files with the digests the chain recorded for snap: snapshot_corrupt
+// files with the digests the chain recorded for pt: snapshot_corrupt
 // when they differ (a runtime that cannot say is trusted to check its own
 // record, as runsc's Restore does).
-func checkRecorded(rt runtime.Runtime, dir string, snap *commands.Snapshot) error {
+func checkRecorded(rt runtime.Runtime, dir string, pt memoryPoint) error {
 	in, ok := rt.(runtime.CheckpointInspector)
-	if !ok || snap.Memory == nil {
+	if !ok || pt.memory == nil {
 		return nil
 	}
 	info, err := in.InspectCheckpoint(dir)
 	if err != nil {
-		return errcode.Wrap(errcode.SnapshotCorrupt, err, "memory checkpoint "+snap.ID)
+		return errcode.Wrap(errcode.SnapshotCorrupt, err, "memory checkpoint "+pt.id)
 	}
-	if info.ImageDigest != snap.Memory.ImageSHA256 || info.WorkspaceDigest != snap.Memory.WorkspaceSHA256 {
+	if info.ImageDigest != pt.memory.ImageSHA256 || info.WorkspaceDigest != pt.memory.WorkspaceSHA256 {
 		return errcode.New(errcode.SnapshotCorrupt, "memory checkpoint %s records image %s and workspace %s; the chain records %s and %s; refused",
-			snap.ID, info.ImageDigest, info.WorkspaceDigest, snap.Memory.ImageSHA256, snap.Memory.WorkspaceSHA256)
+			pt.id, info.ImageDigest, info.WorkspaceDigest, pt.memory.ImageSHA256, pt.memory.WorkspaceSHA256)
 	}
 	return nil
 }

@@ -21,7 +21,9 @@ import (
 //	                              the sandbox (warm pools as for any
 //	                              create), restore the parent's snapshot
 //	                              (its root checked against the point)
-//	                              before the create finishes
+//	                              before the create finishes; a memory
+//	                              checkpoint (Parent.Memory) is restored
+//	                              instead, with its processes running
 
 func forkStart(_ *Agent, _ *session, args *commands.ForkArgs) any {
 	return events.ForkStart{Children: args.Children, SnapshotID: args.SnapshotID, AtSeq: args.AtSeq}
@@ -78,11 +80,6 @@ func (a *Agent) recordedPoint(ctx context.Context, s *session, id string, atSeq 
 			return commands.Parent{}, errcode.New(errcode.SnapshotNotFound, "session %s recorded no snapshot %s", s.id, id)
 		}
 		return commands.Parent{}, errcode.New(errcode.SnapshotNotFound, "session %s recorded no snapshot at or before seq %d", s.id, atSeq)
-	}
-	if found.Snapshot.IsMemory() {
-		// Not built yet: a child would get the checkpoint's files as its
-		// workspace. Said, not done silently.
-		return commands.Parent{}, errcode.New(errcode.InvalidRequest, "snapshot %s of session %s is a memory checkpoint: forking from one is not supported yet; fork from a workspace snapshot", found.Snapshot.ID, s.id)
 	}
 	return found.Point(s.id), nil
 }

@@ -84,7 +84,7 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 				return outcome{}, err
 			}
 		}
-		nsb, chunks, err := a.restoreMemory(ctx, s, snap)
+		nsb, chunks, err := a.resumeMemory(ctx, s, snap)
 		if err != nil {
 			return outcome{}, err
 		}

@@ -84,8 +84,9 @@ func readCounter(t *testing.T, st *testenv.Stack, id, pid string) int {
 // shell's memory on node A is checkpointed through the node (left
 // running: it counts on; then stopping the session); node A goes away and
 // a resume on node B brings the processes back running with the counter
-// where it was. The memory snapshot is in the chain with its digests; it
-// cannot be hydrated or forked from; a checkpoint of a session on a
+// where it was; a fork ×3 from a memory checkpoint of the running sandbox
+// gives three running counters, each counting on its own. The memory
+// snapshot is in the chain with its digests; it cannot be hydrated; a checkpoint of a session on a
 // runtime that cannot is policy_denied, of an unknown session
 // session_not_found, of a stopped one invalid_state.
 func TestRunscCheckpointResumeOnAnotherNode(t *testing.T) {
@@ -211,7 +212,37 @@ func TestRunscCheckpointResumeOnAnotherNode(t *testing.T) {
 	if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: stopped.Snapshot.ID}); !errors.Is(err, errcode.ErrInvalidRequest) {
 		t.Errorf("hydrate from a memory snapshot: %v; want invalid_request", err)
 	}
-	if _, err := st.Client.Fork(ctx, s.SessionID, commands.ForkRequest{N: 1, SnapshotID: stopped.Snapshot.ID}); !errors.Is(err, errcode.ErrInvalidRequest) {
-		t.Errorf("fork from a memory snapshot: %v; want invalid_request (not built yet)", err)
+
+	// Fork ×3 from a memory checkpoint of the running sandbox: three
+	// running copies of the counter, each on its own from then on.
+	running, err := st.Client.Checkpoint(ctx, s.SessionID, commands.CheckpointArgs{LeaveRunning: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fk, err := st.Client.Fork(ctx, s.SessionID, commands.ForkRequest{N: 3, SnapshotID: running.Snapshot.ID})
+	if err != nil || len(fk.Children) != 3 || len(fk.Failed) != 0 {
+		t.Fatalf("fork -n 3 = %+v, %v", fk, err)
+	}
+	for _, c := range fk.Children {
+		defer func() { _ = st.Client.Delete(testenv.Context(t, time.Minute), c) }()
+	}
+	// Child i gets i marks of 1,000,000, each read back before the next
+	// (two pending signals of one kind are one); the parent none more.
+	for i, c := range fk.Children {
+		for range i {
+			if res, err := st.Client.Exec(ctx, c, commands.ExecArgs{Shell: "kill -USR2 " + pid}); err != nil || res.ExitCode != 0 {
+				t.Fatalf("child %d: kill -USR2: %+v, %v", i, res, err)
+			}
+			readCounter(t, st, c, pid)
+		}
+	}
+	millions := func(id string) int { return readCounter(t, st, id, pid) / 1_000_000 }
+	if got := millions(s.SessionID); got != marked/1_000_000 {
+		t.Errorf("parent's counter at %d million after the children's marks; want %d", got, marked/1_000_000)
+	}
+	for i, c := range fk.Children {
+		if got, want := millions(c), marked/1_000_000+i; got != want {
+			t.Errorf("child %d's counter at %d million; want %d (its own marks only)", i, got, want)
+		}
 	}
 }
