@@ -1,15 +1,18 @@
 package nodes_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
@@ -17,6 +20,7 @@ import (
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/nodes/runtime/runsc"
+	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -126,6 +130,32 @@ func TestRunscCheckpointResumeOnAnotherNode(t *testing.T) {
 	pid := strings.TrimSpace(res.Stdout)
 	readCounter(t, st, s.SessionID, pid)
 
+	// A checkpoint while an exec runs is invalid_state: that command
+	// could not be given back to its caller.
+	inFlight := make(chan struct{})
+	execDone := make(chan error, 1)
+	go func() { // ends when the exec does (the file stop, below)
+		var once sync.Once
+		_, err := st.Client.ExecStream(ctx, s.SessionID, commands.ExecArgs{Shell: "echo go; while [ ! -e stop ]; do sleep 0.1; done"}, func(bool, []byte) {
+			once.Do(func() { close(inFlight) })
+		})
+		execDone <- err
+	}()
+	select {
+	case <-inFlight:
+	case err := <-execDone:
+		t.Fatalf("the exec ended before it was in flight: %v", err)
+	}
+	if _, err := st.Client.Checkpoint(ctx, s.SessionID, commands.CheckpointArgs{LeaveRunning: true}); !errors.Is(err, errcode.ErrInvalidState) {
+		t.Errorf("checkpoint during an exec: %v; want invalid_state", err)
+	}
+	if _, err := st.Client.WriteFile(ctx, s.SessionID, "stop", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-execDone; err != nil {
+		t.Fatal(err)
+	}
+
 	// Left running: the counter counts on in the same sandbox.
 	kept, err := st.Client.Checkpoint(ctx, s.SessionID, commands.CheckpointArgs{LeaveRunning: true})
 	if err != nil {
@@ -193,6 +223,13 @@ func TestRunscCheckpointResumeOnAnotherNode(t *testing.T) {
 		}
 		return errors.New("node B not registered yet")
 	})
+	// A checkpoint whose stored chunks are not their bytes is refused
+	// with snapshot_corrupt, and nothing runs; put back, it resumes.
+	restore := tamperChunks(t, st)
+	if _, err := st.Client.Resume(ctx, s.SessionID, nil); !errors.Is(err, errcode.ErrSnapshotCorrupt) {
+		t.Errorf("resume from tampered chunks: %v; want snapshot_corrupt", err)
+	}
+	restore()
 	rr, err := st.Client.Resume(ctx, s.SessionID, nil)
 	if err != nil || rr.Node != nodeB || !rr.Memory || rr.SnapshotID != stopped.Snapshot.ID || rr.Epoch != 2 {
 		t.Fatalf("resume = %+v, %v; want the memory snapshot %s restored on %s at epoch 2", rr, err, stopped.Snapshot.ID, nodeB)
@@ -243,6 +280,51 @@ func TestRunscCheckpointResumeOnAnotherNode(t *testing.T) {
 	for i, c := range fk.Children {
 		if got, want := millions(c), marked/1_000_000+i; got != want {
 			t.Errorf("child %d's counter at %d million; want %d (its own marks only)", i, got, want)
+		}
+	}
+}
+
+// tamperChunks replaces every chunk of tenant default in the workspace
+// bucket with other bytes (its metadata kept) and returns a func that puts
+// them back.
+func tamperChunks(t *testing.T, st *testenv.Stack) func() {
+	t.Helper()
+	ctx := testenv.Context(t, time.Minute)
+	obs, err := st.JS.ObjectStore(ctx, "sbx_workspaces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := obs.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type kept struct {
+		meta jetstream.ObjectMeta
+		data []byte
+	}
+	var saved []kept
+	for _, info := range infos {
+		if !strings.HasPrefix(info.Name, objectstore.ChunkPrefix("default")) {
+			continue
+		}
+		data, err := obs.GetBytes(ctx, info.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved = append(saved, kept{info.ObjectMeta, data})
+		if _, err := obs.Put(ctx, info.ObjectMeta, strings.NewReader("not the chunk")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(saved) == 0 {
+		t.Fatal("no chunks to tamper with")
+	}
+	return func() {
+		t.Helper()
+		for _, k := range saved {
+			if _, err := obs.Put(ctx, k.meta, bytes.NewReader(k.data)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
