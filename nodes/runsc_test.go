@@ -84,6 +84,24 @@ func readCounter(t *testing.T, st *testenv.Stack, id, pid string) int {
 	return n
 }
 
+// waitMillions waits until the counter pid of session id is at want
+// millions (the millions are marks; it counts 10 a second) and returns it;
+// a counter past want millions fails the test.
+func waitMillions(t *testing.T, st *testenv.Stack, id, pid string, want int) int {
+	t.Helper()
+	var n int
+	testenv.Eventually(t, time.Minute, func() error {
+		if n = readCounter(t, st, id, pid); n/1_000_000 < want {
+			return fmt.Errorf("counter %d, want %d million", n, want)
+		}
+		return nil
+	})
+	if n/1_000_000 != want {
+		t.Fatalf("session %s: counter %d; want %d million", id, n, want)
+	}
+	return n
+}
+
 // TestRunscCheckpointResumeOnAnotherNode: a counter held only in a
 // shell's memory on node A is checkpointed through the node (left
 // running: it counts on; then stopping the session); node A goes away and
@@ -176,10 +194,9 @@ func TestRunscCheckpointResumeOnAnotherNode(t *testing.T) {
 	if res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: "kill -USR2 " + pid}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("kill -USR2: %+v, %v", res, err)
 	}
-	marked := readCounter(t, st, s.SessionID, pid)
-	if marked < 1_000_000 {
-		t.Fatalf("counter %d after USR2; want 1,000,000 more", marked)
-	}
+	// The shell runs its USR1 trap before a USR2 pending at once: wait
+	// for the mark.
+	marked := waitMillions(t, st, s.SessionID, pid, 1)
 	stopped, err := st.Client.Checkpoint(ctx, s.SessionID, commands.CheckpointArgs{})
 	if err != nil {
 		t.Fatal(err)
@@ -273,14 +290,11 @@ func TestRunscCheckpointResumeOnAnotherNode(t *testing.T) {
 			readCounter(t, st, c, pid)
 		}
 	}
-	millions := func(id string) int { return readCounter(t, st, id, pid) / 1_000_000 }
-	if got := millions(s.SessionID); got != marked/1_000_000 {
-		t.Errorf("parent's counter at %d million after the children's marks; want %d", got, marked/1_000_000)
-	}
 	for i, c := range fk.Children {
-		if got, want := millions(c), marked/1_000_000+i; got != want {
-			t.Errorf("child %d's counter at %d million; want %d (its own marks only)", i, got, want)
-		}
+		waitMillions(t, st, c, pid, marked/1_000_000+i) // its own marks only
+	}
+	if got := readCounter(t, st, s.SessionID, pid) / 1_000_000; got != marked/1_000_000 {
+		t.Errorf("parent's counter at %d million after the children's marks; want %d", got, marked/1_000_000)
 	}
 }
 
