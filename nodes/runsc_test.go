@@ -2,6 +2,7 @@ package nodes_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -21,6 +22,9 @@ import (
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
 	"github.com/paddock-dev/paddock/nodes/runtime/runsc"
 	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/projection"
+	"github.com/paddock-dev/paddock/retention"
+	"github.com/paddock-dev/paddock/snapshot"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -295,6 +299,50 @@ func TestRunscCheckpointResumeOnAnotherNode(t *testing.T) {
 	}
 	if got := readCounter(t, st, s.SessionID, pid) / 1_000_000; got != marked/1_000_000 {
 		t.Errorf("parent's counter at %d million after the children's marks; want %d", got, marked/1_000_000)
+	}
+
+	// Retention counts a memory checkpoint's chunks as any manifest's:
+	// keeping the newest snapshot, a sweep (dry, a day on) plans to remove
+	// the older checkpoints and chunks only they name, never a chunk of
+	// the kept one.
+	store, err := objectstore.Open(ctx, st.JS, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := store.GetManifest(ctx, "default", s.SessionID, running.Snapshot.ID, snapshot.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keptChunks := map[string]bool{}
+	for d := range m.ChunkSet() {
+		name, err := objectstore.ChunkName("default", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keptChunks[name] = true
+	}
+	records := func(context.Context) ([]projection.SessionRecord, error) {
+		r := projection.SessionRecord{}
+		r.Tenant, r.ID, r.Status = "default", s.SessionID, projection.StatusRunning
+		r.LastSnapshot = &projection.Snapshot{ID: running.Snapshot.ID}
+		return []projection.SessionRecord{r}, nil
+	}
+	plan, err := retention.SweepAt(ctx, time.Now().Add(24*time.Hour), store, records,
+		retention.Policy{TransferTTL: time.Hour, OrphanGrace: retention.MinOrphanGrace, KeepLast: 1}, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks int
+	for _, r := range plan {
+		if keptChunks[r.Name] {
+			t.Errorf("the sweep would remove %s, a chunk of the kept memory checkpoint", r.Name)
+		}
+		if strings.HasPrefix(r.Name, objectstore.ChunkPrefix("default")) {
+			chunks++
+		}
+	}
+	if chunks == 0 {
+		t.Errorf("the sweep plans to remove no chunk of the older checkpoints: %+v", plan)
 	}
 }
 
