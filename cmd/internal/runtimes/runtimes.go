@@ -50,7 +50,7 @@ const Modes = "auto, docker, gvisor, runsc or local"
 
 // Options selects and configures the runtimes.
 type Options struct {
-	// Mode is auto, docker, gvisor or local.
+	// Mode is auto, docker, gvisor, runsc or local.
 	Mode string
 	// Node is the node's id; Docker labels its containers with it.
 	Node string
