@@ -28,6 +28,19 @@ func (c *Client) Persist(ctx context.Context, id string, opts ...CallOption) (co
 	return *res.Snapshot, nil
 }
 
+// Checkpoint writes the session's processes, their memory and its
+// workspace into a memory snapshot (issue 27; the runsc runtime only,
+// policy_denied on others) and returns the session's status after it
+// (stopped unless args.LeaveRunning) and the snapshot.
+func (c *Client) Checkpoint(ctx context.Context, id string, args commands.CheckpointArgs, opts ...CallOption) (commands.SnapshotResult, error) {
+	var res commands.SnapshotResult
+	err := c.do(ctx, id, commands.OpCheckpoint, args, &res, workspaceTimeout, opts)
+	if err == nil && res.Snapshot == nil {
+		return res, errors.New("checkpoint: the reply has no snapshot")
+	}
+	return res, err
+}
+
 // Hydrate replaces the session's workspace with one of its snapshots or an
 // upload.
 func (c *Client) Hydrate(ctx context.Context, id string, args commands.HydrateArgs, opts ...CallOption) (commands.HydrateResult, error) {

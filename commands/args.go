@@ -34,8 +34,9 @@ type CreateArgs struct {
 	// A session id is never reused: creating an existing or deleted id fails
 	// with already_exists.
 	SessionID string `json:"session_id,omitempty"`
-	// Runtime is "local", "docker", "gvisor" (Docker under gVisor's runsc)
-	// or empty for any runtime a node offers.
+	// Runtime is "local", "docker", "gvisor" (Docker under gVisor's runsc),
+	// "runsc" (gVisor run by runsc directly: memory checkpoints) or empty
+	// for any runtime a node offers.
 	Runtime string `json:"runtime,omitempty"`
 	// Image is the container image (docker and gvisor runtimes only).
 	Image string `json:"image,omitempty"`
@@ -128,9 +129,9 @@ func (a *CreateArgs) Validate() error {
 		}
 	}
 	switch a.Runtime {
-	case "", "local", "docker", "gvisor":
+	case "", "local", "docker", "gvisor", "runsc":
 	default:
-		return errcode.New(errcode.InvalidRequest, "runtime %q is not one of local, docker, gvisor", a.Runtime)
+		return errcode.New(errcode.InvalidRequest, "runtime %q is not one of local, docker, gvisor, runsc", a.Runtime)
 	}
 	if len(a.Env)+len(a.SecretEnv) > MaxEnvVars {
 		return errcode.New(errcode.InvalidRequest, "more than %d environment variables", MaxEnvVars)

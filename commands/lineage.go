@@ -11,4 +11,8 @@ type Parent struct {
 	Snapshot string `json:"snapshot"`
 	// RootSHA256 is the snapshot's manifest root digest.
 	RootSHA256 string `json:"root_sha256"`
+	// Memory is set when the snapshot is a memory checkpoint (issue 27):
+	// a child is restored from it with its processes running, and its
+	// files must match these digests.
+	Memory *MemoryImage `json:"memory,omitempty"`
 }

@@ -25,6 +25,9 @@ const (
 	OpHydrate  Op = "hydrate"
 	OpResume   Op = "resume"
 	OpLookup   Op = "lookup"
+	// OpCheckpoint (issue 27) writes the sandbox's processes and memory,
+	// with its workspace, into a snapshot that resume brings back running.
+	OpCheckpoint Op = "checkpoint"
 	// OpNodeLost is recorded by the engine, never sent: the session's node
 	// missed its heartbeats past the engine's node TTL, so the session is
 	// lost until a resume brings it back on a node that is up.
@@ -33,7 +36,7 @@ const (
 
 // SessionOps lists the ops served on a session subject.
 var SessionOps = []Op{OpStart, OpExec, OpRead, OpWrite, OpLs, OpRm, OpMkdir, OpRunning, OpStop, OpShutdown, OpDelete, OpPersist, OpHydrate, OpResume,
-	OpProcStart, OpProcWrite, OpProcRead, OpProcResize, OpProcSignal, OpProcList, OpExecRead, OpPort, OpFork}
+	OpProcStart, OpProcWrite, OpProcRead, OpProcResize, OpProcSignal, OpProcList, OpExecRead, OpPort, OpFork, OpCheckpoint}
 
 // RecordedOps are the ops that appear in sessions' histories but are
 // never sent: the node records proc_exit, the engine node_lost.
@@ -97,6 +100,7 @@ func Specs() []Spec {
 		{OpProcList, OnSession, nil, ProcListResult{}, "the session's processes, running and exited"},
 		{OpExecRead, OnSession, ExecReadArgs{}, ExecReadResult{}, "the output of a streaming exec while it runs"},
 		{OpPort, OnSession, PortArgs{}, PortResult{}, "an address on the node that reaches an exposed port of the running sandbox"},
+		{OpCheckpoint, OnSession, CheckpointArgs{}, SnapshotResult{}, "snapshot the sandbox's processes and memory with its workspace (runsc runtime); without leave_running the session stops"},
 		{OpFork, OnSession, ForkArgs{}, ForkPoint{}, "record a fork of the session (sent by the scheduler only): the snapshot its children start from, persisted first unless named"},
 	}
 }

@@ -26,7 +26,42 @@ type Snapshot struct {
 	// start of its persist or stop).
 	Seq     uint64    `json:"seq,omitempty"`
 	Created time.Time `json:"created"`
+	// Kind is "" for a workspace snapshot and SnapshotMemory for a memory
+	// checkpoint (issue 27), whose manifest holds the runtime's checkpoint
+	// directory, not the workspace, and which only a resume brings back.
+	Kind string `json:"kind,omitempty"`
+	// Memory describes a memory checkpoint's files (nil otherwise); a
+	// resume refuses a checkpoint whose files record other digests.
+	Memory *MemoryImage `json:"memory,omitempty"`
 }
+
+// SnapshotMemory is the Kind of a memory checkpoint.
+const SnapshotMemory = "memory"
+
+// IsMemory reports whether the snapshot is a memory checkpoint.
+func (s *Snapshot) IsMemory() bool { return s != nil && s.Kind == SnapshotMemory }
+
+// MemoryImage is what a memory checkpoint holds: the runtime that wrote
+// it, and the digests ("sha256:" and hex) and sizes of the image of the
+// processes and their memory and of the workspace's tar.
+type MemoryImage struct {
+	Runtime         string `json:"runtime"`
+	ImageSHA256     string `json:"image_sha256"`
+	ImageBytes      int64  `json:"image_bytes"`
+	WorkspaceSHA256 string `json:"workspace_sha256"`
+	WorkspaceBytes  int64  `json:"workspace_bytes"`
+}
+
+// CheckpointArgs are the checkpoint op's arguments.
+type CheckpointArgs struct {
+	// LeaveRunning keeps the sandbox running after the checkpoint; without
+	// it the session is stopped (engine sandbox stop --memory).
+	LeaveRunning bool `json:"leave_running,omitempty"`
+}
+
+// Validate accepts any checkpoint arguments (there is nothing to check;
+// it exists so that every op's args validate alike).
+func (a *CheckpointArgs) Validate() error { return nil }
 
 // SnapshotResult answers persist, and stop (which persists first).
 type SnapshotResult struct {
@@ -109,6 +144,9 @@ type ResumeResult struct {
 	// false when the sandbox still ran with the snapshot's fingerprint.
 	Restored   bool   `json:"restored"`
 	SnapshotID string `json:"snapshot_id,omitempty"`
+	// Memory says the snapshot was a memory checkpoint: the sandbox's
+	// processes came back running from it (issue 27).
+	Memory bool `json:"memory,omitempty"`
 }
 
 // ResumeRequest is what a client sends to the scheduler's resume subject

@@ -233,8 +233,15 @@ type RunningFinish struct {
 	Running bool `json:"running"`
 }
 
+// CheckpointStart is the start data of checkpoint (issue 27).
+type CheckpointStart struct {
+	LeaveRunning bool `json:"leave_running,omitempty"`
+}
+
 // SnapshotFinish is the finish data of persist and stop (which persists
-// first): the snapshot made, and stop's status.
+// first): the snapshot made, and stop's status; and of checkpoint, whose
+// snapshot is a memory one (commands.Snapshot.Memory) and whose status is
+// stopped unless the sandbox was left running.
 type SnapshotFinish struct {
 	Status   string             `json:"status,omitempty"`
 	Snapshot *commands.Snapshot `json:"snapshot,omitempty"`
@@ -298,6 +305,9 @@ type ResumeFinish struct {
 	// Chunks (issue 25) is where a restored manifest snapshot's chunks
 	// came from.
 	Chunks *ChunkCounts `json:"chunks,omitempty"`
+	// Memory (issue 27): the snapshot was a memory checkpoint and the
+	// sandbox's processes came back running from it.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // NodeInfo is what a node advertises: the data of its registered event
@@ -573,6 +583,11 @@ func NewData(op string, phase Phase) any {
 			return new(ForkStart)
 		}
 		return new(ForkFinish)
+	case commands.OpCheckpoint:
+		if start {
+			return new(CheckpointStart)
+		}
+		return new(SnapshotFinish)
 	}
 	return nil
 }

@@ -64,6 +64,12 @@ func TestRecordedHistoryDecodes(t *testing.T) {
 		seen[ev.Op+"."+string(ev.Phase)] = true
 	}
 	for _, op := range append([]commands.Op{commands.OpCreate}, commands.SessionOps...) {
+		if op == commands.OpCheckpoint {
+			// Recorded on the local runtime, which cannot checkpoint: the
+			// nodes package's TestRunscCheckpointResumeOnAnotherNode
+			// decodes checkpoint's events strictly.
+			continue
+		}
 		for _, ph := range []events.Phase{events.PhaseStart, events.PhaseFinish} {
 			if events.NewData(string(op), ph) != nil && !seen[string(op)+"."+string(ph)] {
 				t.Errorf("the recorded history has no %s %s with data", op, ph)

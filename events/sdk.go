@@ -53,9 +53,9 @@ type SDKFinish struct {
 }
 
 // sdkOps maps our ops to the SDK's OpName. Ops missing here (ls, rm,
-// mkdir, lookup, exec_read and the proc ops but proc_start) have no SDK
-// op. proc_start is exec: the SDK audits no PTY call, but an agent's
-// shell tool runs its commands through one on a session that supports
+// mkdir, lookup, exec_read, fork, checkpoint and the proc ops but
+// proc_start) have no SDK op. proc_start is exec: the SDK audits no PTY
+// call, but an agent's shell tool runs its commands through one on a session that supports
 // PTYs (as the Paddock provider's does), so without it an export would
 // hold none of the agent's commands.
 var sdkOps = map[commands.Op]string{

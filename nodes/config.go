@@ -129,6 +129,11 @@ type Config struct {
 	// restore reads before the object store (empty: no cache). The agent
 	// commands put it under their state directory.
 	ChunkCacheDir string
+	// CheckpointDir holds memory checkpoints (issue 27) while the node
+	// stores or restores them; each gets a directory of its own, removed
+	// after (empty: the system's temporary directory). A checkpoint is
+	// as large as the sandbox's memory and workspace.
+	CheckpointDir string
 	// ChunkCacheBytes bounds the chunk cache (default 2 GiB; negative: no
 	// cache); past it the least recently used chunks go.
 	ChunkCacheBytes int64

@@ -151,19 +151,9 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 		if err := checkPorts(rt, spec.ExposedPorts); err != nil {
 			return outcome{}, err
 		}
-		sb, err := rt.Create(ctx, s.spec)
+		sb, err := a.makeChild(ctx, s, rt, spec, p.Parent)
 		if err != nil {
 			return outcome{}, err
-		}
-		if err := materialise(ctx, sb, spec.Manifest); err != nil {
-			_ = sb.Shutdown(context.WithoutCancel(ctx))
-			return outcome{}, err
-		}
-		if p.Parent != nil {
-			if err := a.restoreParent(ctx, s, sb, *p.Parent); err != nil {
-				_ = sb.Shutdown(context.WithoutCancel(ctx))
-				return outcome{}, err
-			}
 		}
 		if err := a.openEgress(ctx, s, sb); err != nil {
 			_ = sb.Shutdown(context.WithoutCancel(ctx))
@@ -185,6 +175,35 @@ func (a *Agent) create(ctx context.Context, req commands.Request, p *commands.Pl
 		}, nil
 	}
 	return a.handle(ctx, c)
+}
+
+// makeChild makes a created session's sandbox: a new one, materialised
+// and filled with its parent's snapshot when it is a fork's child; a fork
+// child of a memory checkpoint is that checkpoint restored.
+func (a *Agent) makeChild(ctx context.Context, s *session, rt runtime.Runtime, spec commands.CreateArgs, parent *commands.Parent) (runtime.Sandbox, error) {
+	if parent != nil && parent.Memory != nil {
+		if len(spec.Manifest) > 0 {
+			return nil, errcode.New(errcode.InvalidRequest, "a fork child of a memory checkpoint takes no manifest")
+		}
+		pt := memoryPoint{owner: parent.SessionID, id: parent.Snapshot, root: parent.RootSHA256, memory: parent.Memory}
+		sb, _, err := a.restoreMemory(ctx, s, rt, pt, s.spec)
+		return sb, err
+	}
+	sb, err := rt.Create(ctx, s.spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := materialise(ctx, sb, spec.Manifest); err != nil {
+		_ = sb.Shutdown(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if parent != nil {
+		if err := a.restoreParent(ctx, s, sb, *parent); err != nil {
+			_ = sb.Shutdown(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
+	return sb, nil
 }
 
 // refused is a handler that runs nothing: it answers err, and the call's

@@ -21,7 +21,9 @@ import (
 //	                              the sandbox (warm pools as for any
 //	                              create), restore the parent's snapshot
 //	                              (its root checked against the point)
-//	                              before the create finishes
+//	                              before the create finishes; a memory
+//	                              checkpoint (Parent.Memory) is restored
+//	                              instead, with its processes running
 
 func forkStart(_ *Agent, _ *session, args *commands.ForkArgs) any {
 	return events.ForkStart{Children: args.Children, SnapshotID: args.SnapshotID, AtSeq: args.AtSeq}

@@ -68,6 +68,7 @@ func sessionOps() map[commands.Op]opDef {
 		def(commands.OpExecRead, execReadStart, runExecRead),
 		def(commands.OpPort, portStart, runPort),
 		def(commands.OpFork, forkStart, runFork),
+		def(commands.OpCheckpoint, checkpointStart, runCheckpoint),
 	} {
 		m[d.op] = d
 	}

@@ -19,6 +19,10 @@ import (
 // no node serves (handleResumePlacement, which first takes the session
 // over from its history). Either way resume brings the session back:
 //
+//	last snapshot a memory checkpoint → the sandbox here (if any) shut
+//	and the sandbox not running here   down; the checkpoint restored with
+//	                                   its processes at the next epoch
+//	                                   (checkpoint.go)
 //	sandbox here, running or stopped → start it; restore the last snapshot
 //	                                   unless the workspace still has its
 //	                                   fingerprint
@@ -74,11 +78,28 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 		d.SnapshotID, d.SnapshotSeq = snap.ID, snap.Seq
 	}
 	switch {
+	case snap.IsMemory() && (recreate || st == projection.StatusStopped):
+		if sb != nil {
+			if err := sb.Shutdown(ctx); err != nil {
+				return outcome{}, err
+			}
+		}
+		nsb, chunks, err := a.resumeMemory(ctx, s, snap)
+		if err != nil {
+			return outcome{}, err
+		}
+		s.content.dropHashes() // the new sandbox's files are others
+		d.Restored, d.Chunks, d.Memory = true, chunks, true
+		if err := a.placeNew(ctx, s, sb, nsb, &d); err != nil {
+			return outcome{}, err
+		}
 	case sb != nil && (st == projection.StatusRunning || st == projection.StatusStopped):
 		if err := sb.Start(ctx); err != nil {
 			return outcome{}, err
 		}
-		if snap != nil {
+		// A running sandbox's memory checkpoint is of its past: the
+		// sandbox runs on, as it is.
+		if snap != nil && !snap.IsMemory() {
 			same, err := a.workspaceIs(ctx, s, sb, snap)
 			if err != nil {
 				return outcome{}, err
@@ -108,21 +129,8 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 			}
 			d.Restored, d.Chunks = true, r.chunks
 		}
-		d.Epoch++
-		d.ContainerID = containerID(nsb)
-		d.Made = made(nsb)
-		s.mu.Lock()
-		s.epoch = d.Epoch
-		s.mu.Unlock()
-		if sb == nil { // taken over: start serving the session's subject
-			if err := a.attach(s, nsb); err != nil {
-				_ = nsb.Shutdown(context.WithoutCancel(ctx))
-				return outcome{}, err
-			}
-		} else {
-			s.mu.Lock()
-			s.sb = nsb
-			s.mu.Unlock()
+		if err := a.placeNew(ctx, s, sb, nsb, &d); err != nil {
+			return outcome{}, err
 		}
 	default:
 		return outcome{}, errcode.New(errcode.InvalidState, "resume: session %s is %s", s.id, st)
@@ -131,8 +139,31 @@ func (a *Agent) resume(ctx context.Context, s *session, secretEnv map[string]str
 		return outcome{}, err
 	}
 	s.setStatus(projection.StatusRunning)
-	r := commands.ResumeResult{Status: d.Status, Node: d.Node, Epoch: d.Epoch, Restored: d.Restored, SnapshotID: d.SnapshotID}
+	r := commands.ResumeResult{Status: d.Status, Node: d.Node, Epoch: d.Epoch, Restored: d.Restored, SnapshotID: d.SnapshotID, Memory: d.Memory}
 	return outcome{result: r, data: d}, nil
+}
+
+// placeNew makes nsb, made at the next epoch, s's sandbox in place of old
+// (nil: taken over, so the session's subject is served from now on) and
+// records it in d. On error nsb is shut down.
+func (a *Agent) placeNew(ctx context.Context, s *session, old, nsb runtime.Sandbox, d *events.ResumeFinish) error {
+	d.Epoch++
+	d.ContainerID = containerID(nsb)
+	d.Made = made(nsb)
+	s.mu.Lock()
+	s.epoch = d.Epoch
+	s.mu.Unlock()
+	if old == nil { // taken over: start serving the session's subject
+		if err := a.attach(s, nsb); err != nil {
+			_ = nsb.Shutdown(context.WithoutCancel(ctx))
+			return err
+		}
+		return nil
+	}
+	s.mu.Lock()
+	s.sb = nsb
+	s.mu.Unlock()
+	return nil
 }
 
 // errNoSnapshot refuses to bring back a session that was never persisted

@@ -347,7 +347,7 @@ func (a *Agent) readHistory(ctx context.Context, tenant, id string) (h history, 
 			if eg := resumed[ev.SpanID]; eg != nil {
 				h.egress = eg
 			}
-		case commands.OpPersist, commands.OpStop:
+		case commands.OpPersist, commands.OpStop, commands.OpCheckpoint:
 			if d, err := events.DecodeData[events.SnapshotFinish](ev); err == nil && d.Snapshot != nil {
 				h.addSnapshot(d.Snapshot)
 			}

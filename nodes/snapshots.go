@@ -225,18 +225,8 @@ func (a *Agent) storeChunks(ctx context.Context, s *session, store *objectstore.
 		}
 		m = sc.Manifest
 		counts.HashedFiles, counts.HashedBytes = sc.Hashed()
-		for _, d := range slices.Sorted(mapKeys(m.ChunkSet())) {
-			if _, ok := known[d]; ok {
-				continue
-			}
-			data, err := sc.Read(d)
-			if err == nil {
-				err = up.Put(d, data)
-			}
-			if err != nil {
-				_, _ = up.Wait()
-				return nil, counts, err
-			}
+		if err := putScanned(up, sc, known); err != nil {
+			return nil, counts, err
 		}
 	} else {
 		var err error
@@ -264,6 +254,25 @@ func (a *Agent) storeChunks(ctx context.Context, s *session, store *objectstore.
 	a.cfg.Metrics.Snapshot(st.UploadedBytes, total-st.UploadedRaw)
 	counts.Skipped = counts.Chunks - st.Uploaded
 	return m, counts, nil
+}
+
+// putScanned gives up every chunk of the scan not in known, in order;
+// on an error it waits for the uploads in flight and returns it.
+func putScanned(up *objectstore.Uploader, sc *snapshot.Scanned, known map[string]int64) error {
+	for _, d := range slices.Sorted(mapKeys(sc.Manifest.ChunkSet())) {
+		if _, ok := known[d]; ok {
+			continue
+		}
+		data, err := sc.Read(d)
+		if err == nil {
+			err = up.Put(d, data)
+		}
+		if err != nil {
+			_, _ = up.Wait()
+			return err
+		}
+	}
+	return nil
 }
 
 func mapKeys[V any](m map[string]V) func(yield func(string) bool) {
@@ -358,6 +367,9 @@ func (a *Agent) restoreFrom(ctx context.Context, s *session, sb runtime.Sandbox,
 	if err := commands.CheckToken("snapshot id", snapshotID); err != nil {
 		return restored{}, err
 	}
+	if owner == s.id && s.memorySnapshot(snapshotID) {
+		return restored{}, errcode.New(errcode.InvalidRequest, "snapshot %s is a memory checkpoint, not a workspace: resume brings it back", snapshotID)
+	}
 	s.content.track.drop() // the workspace is replaced: the next scan is full
 	store, err := a.workspaces(ctx)
 	if err != nil {
@@ -435,6 +447,28 @@ func (a *Agent) manifestLimits() snapshot.Limits {
 // chunk from the node's cache or else the tenant's store (and then
 // cached), verified either way.
 func (a *Agent) restoreManifest(ctx context.Context, s *session, sb runtime.Sandbox, store *objectstore.Store, m *snapshot.Manifest) (archive.Stats, events.ChunkCounts, error) {
+	get, counts := a.chunkSource(s, store, m)
+	if hs, ok := sb.(runtime.HostStager); ok && !a.tarRestore.Load() {
+		stg, ok, err := hs.StageHost(ctx)
+		if err != nil {
+			return archive.Stats{}, counts(), err
+		}
+		if ok {
+			st, err := a.restoreHost(ctx, stg, m, get)
+			return st, counts(), err
+		}
+	}
+	st, err := a.restoreArchive(ctx, sb, func(w io.Writer) error {
+		_, err := snapshot.WriteTar(ctx, w, m, get, fetchParallel)
+		return err
+	})
+	return st, counts(), err
+}
+
+// chunkSource returns a getter of m's chunks, each from the node's cache
+// or else the tenant's store (and then cached), verified either way, and
+// a func that counts what it got.
+func (a *Agent) chunkSource(s *session, store *objectstore.Store, m *snapshot.Manifest) (func(context.Context, string) ([]byte, error), func() events.ChunkCounts) {
 	var fetched, cached atomic.Int64
 	var fetchedBytes atomic.Int64
 	get := func(ctx context.Context, d string) ([]byte, error) {
@@ -461,21 +495,7 @@ func (a *Agent) restoreManifest(ctx context.Context, s *session, sb runtime.Sand
 	counts := func() events.ChunkCounts {
 		return events.ChunkCounts{Chunks: len(m.ChunkSet()), Fetched: int(fetched.Load()), FetchedBytes: fetchedBytes.Load(), Cached: int(cached.Load())}
 	}
-	if hs, ok := sb.(runtime.HostStager); ok && !a.tarRestore.Load() {
-		stg, ok, err := hs.StageHost(ctx)
-		if err != nil {
-			return archive.Stats{}, counts(), err
-		}
-		if ok {
-			st, err := a.restoreHost(ctx, stg, m, get)
-			return st, counts(), err
-		}
-	}
-	st, err := a.restoreArchive(ctx, sb, func(w io.Writer) error {
-		_, err := snapshot.WriteTar(ctx, w, m, get, fetchParallel)
-		return err
-	})
-	return st, counts(), err
+	return get, counts
 }
 
 // restoreHost writes m into the host staging directory stg, every chunk

@@ -20,7 +20,11 @@ type Recorded struct {
 
 // Point is the lineage point a child of this snapshot records.
 func (r Recorded) Point(session string) commands.Parent {
-	return commands.Parent{SessionID: session, Seq: r.StartSeq, Snapshot: r.Snapshot.ID, RootSHA256: commands.LineageRoot(&r.Snapshot)}
+	p := commands.Parent{SessionID: session, Seq: r.StartSeq, Snapshot: r.Snapshot.ID, RootSHA256: commands.LineageRoot(&r.Snapshot)}
+	if r.Snapshot.IsMemory() {
+		p.Memory = r.Snapshot.Memory
+	}
+	return p
 }
 
 // RecordedSnapshots returns the snapshots one session's events (in seq

@@ -2,7 +2,7 @@
 // the deployment's NATS, registers, and executes the commands of the
 // sessions placed on it against the host's runtime.
 //
-//	agent-node --nats-url nats://engine-host:4222 --creds node.creds [--id NAME] [--runtime auto|docker|gvisor|local]
+//	agent-node --nats-url nats://engine-host:4222 --creds node.creds [--id NAME] [--runtime auto|docker|gvisor|runsc|local]
 //
 // --creds are the node's own credentials (engine auth add node NAME): they
 // authenticate it and their key signs every event it appends.

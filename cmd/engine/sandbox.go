@@ -63,7 +63,7 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 	if sub == "diff" {
 		return sandboxDiff(ctx, base, args, stdout, stderr)
 	}
-	if sub == "persist" || sub == "hydrate" || sub == "resume" {
+	if sub == "persist" || sub == "hydrate" || sub == "resume" || sub == "checkpoint" {
 		return sandboxWorkspace(ctx, base, sub, args, stdin, stdout, stderr)
 	}
 	var g globals
@@ -79,19 +79,21 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		image     string
 		cpus      float64
 		memory    string
-		disk      string
-		sessionID string
-		timeout   time.Duration
-		cwd       string
-		recursive bool
-		force     bool
-		parents   bool
-		mode      uint
-		lifetime  time.Duration
-		stream    bool
-		expose    portsFlag
-		idle      time.Duration
-		egress    egressFlags
+		// stopMemory: stop --memory, a checkpoint that stops the session.
+		stopMemory bool
+		disk       string
+		sessionID  string
+		timeout    time.Duration
+		cwd        string
+		recursive  bool
+		force      bool
+		parents    bool
+		mode       uint
+		lifetime   time.Duration
+		stream     bool
+		expose     portsFlag
+		idle       time.Duration
+		egress     egressFlags
 	)
 	fs.BoolVar(jsonOut, "json", false, "print the result as JSON (exec --stream: JSON lines)")
 	switch sub {
@@ -124,7 +126,9 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		fs.BoolVarP(&force, "force", "f", false, "a missing path is no error")
 	case "mkdir":
 		fs.BoolVarP(&parents, "parents", "p", false, "make parent directories as needed; no error if it exists")
-	case "read", "running", "start", "stop", "shutdown", "delete":
+	case "stop":
+		fs.BoolVar(&stopMemory, "memory", false, "checkpoint the processes and their memory with the workspace (runsc runtime; = sandbox checkpoint)")
+	case "read", "running", "start", "shutdown", "delete":
 	default:
 		return usageErr("unknown sandbox command %q (see engine help)", sub)
 	}
@@ -330,6 +334,9 @@ func sandbox(ctx context.Context, base globals, args []string, stdin io.Reader, 
 		fmt.Fprintln(stdout, ok)
 		return nil
 	default: // start, stop, shutdown, delete
+		if sub == "stop" && stopMemory {
+			return checkpoint(ctx, c, pos[0], false, *jsonOut, stdout, stderr)
+		}
 		if err := c.Do(ctx, pos[0], commands.Op(sub), nil, nil); err != nil {
 			return err
 		}

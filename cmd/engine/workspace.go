@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 )
@@ -16,6 +17,7 @@ import (
 //	engine sandbox persist ID [--json]                 prints the snapshot id
 //	engine sandbox hydrate ID --from FILE.tar|-        replace the workspace with an archive
 //	engine sandbox hydrate ID --snapshot SNAP          ... or with one of its snapshots
+//	engine sandbox checkpoint ID [--leave-running]     processes and memory too; prints the snapshot id
 //	engine sandbox resume ID [--secret-env K=V]... [--empty] [--at SEQ] [--egress MODE] [--allow DEST]... [--json]
 func sandboxWorkspace(ctx context.Context, base globals, sub string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var g globals
@@ -27,6 +29,7 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 	secrets := kvFlag{}
 	fs.Var(secrets, "secret-env", "resume: secret environment variable K=V for a re-created sandbox (repeatable)")
 	empty := fs.Bool("empty", false, "resume: a session that has no snapshot (a lost one never persisted) comes back with an empty workspace")
+	leaveRunning := fs.Bool("leave-running", false, "checkpoint: keep the sandbox running (default: the session stops, as stop --memory)")
 	atSeq := fs.Uint64("at", 0, "resume: restore the last snapshot recorded at or before this event seq (point-in-time restore; 0: the newest)")
 	var egress egressFlags
 	egress.register(fs, "resume")
@@ -57,6 +60,8 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 			fmt.Fprintln(stdout, snap.ID)
 			return nil
 		}
+	case "checkpoint":
+		return checkpoint(ctx, c, id, *leaveRunning, *asJSON, stdout, stderr)
 	case "hydrate":
 		if (*from == "") == (*snapshot == "") {
 			return usageErr("sandbox hydrate takes exactly one of --from and --snapshot")
@@ -117,4 +122,20 @@ func sandboxWorkspace(ctx context.Context, base globals, sub string, args []stri
 		}
 	}
 	return json.NewEncoder(stdout).Encode(result)
+}
+
+// checkpoint runs engine sandbox checkpoint and stop --memory: it prints
+// the memory snapshot's id, or the result as JSON.
+func checkpoint(ctx context.Context, c *client.Client, id string, leaveRunning, asJSON bool, stdout, stderr io.Writer) error {
+	pr := startProgress(stderr, "checkpoint", false)
+	res, err := c.Checkpoint(ctx, id, commands.CheckpointArgs{LeaveRunning: leaveRunning})
+	pr.done()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, res)
+	}
+	fmt.Fprintln(stdout, res.Snapshot.ID)
+	return nil
 }

@@ -42,6 +42,14 @@ type Restorer interface {
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }
 
+// CheckpointInspector is a Restorer that reads what a checkpoint
+// directory records of its files without restoring it, so that the node
+// can compare it with the digests its chain recorded. A directory that is
+// not a checkpoint is invalid_request.
+type CheckpointInspector interface {
+	InspectCheckpoint(dir string) (CheckpointInfo, error)
+}
+
 // ErrNoCheckpoint is the policy_denied answer of a runtime or sandbox that
 // cannot checkpoint memory (every runtime but runsc's).
 func ErrNoCheckpoint(runtimeName string) error {

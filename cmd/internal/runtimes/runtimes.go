@@ -8,6 +8,11 @@
 //	        kernel between sandboxes and the host's); an error when the
 //	        daemon does not list runsc or a probe container does not run
 //	        under it. auto never picks it: the operator names it.
+//	runsc   gVisor run by runsc directly, not through Docker: sandboxes
+//	        whose processes and memory can be checkpointed and restored
+//	        (package nodes/runtime/runsc); root and runsc on PATH, and a
+//	        Docker engine only to export images' root file systems. auto
+//	        never picks it.
 //	local   the local process runtime (no security boundary)
 //
 // auto fails closed. It never offers local beside Docker: on a host with
@@ -37,18 +42,21 @@ import (
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
+	"github.com/paddock-dev/paddock/nodes/runtime/runsc"
 )
 
 // Modes lists the values of the --runtime flag.
-const Modes = "auto, docker, gvisor or local"
+const Modes = "auto, docker, gvisor, runsc or local"
 
 // Options selects and configures the runtimes.
 type Options struct {
-	// Mode is auto, docker, gvisor or local.
+	// Mode is auto, docker, gvisor, runsc or local.
 	Mode string
 	// Node is the node's id; Docker labels its containers with it.
 	Node string
-	// LocalDir holds the local runtime's sandboxes.
+	// LocalDir holds the local runtime's sandboxes, and the runsc
+	// runtime's state (root file systems, bundles, workspaces) under
+	// runsc/.
 	LocalDir string
 	// PingTimeout bounds one Docker daemon check (default 3s).
 	PingTimeout time.Duration
@@ -87,7 +95,7 @@ func dockerPresent() bool {
 // Check validates the mode without opening anything.
 func Check(mode string) error {
 	switch mode {
-	case "auto", "docker", "gvisor", "local":
+	case "auto", "docker", "gvisor", "runsc", "local":
 		return nil
 	}
 	return fmt.Errorf("--runtime %q is not one of %s", mode, Modes)
@@ -109,6 +117,8 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 		opts.DockerPresent = dockerPresent
 	}
 	switch opts.Mode {
+	case "runsc":
+		return openRunsc(ctx, opts, logger)
 	case "docker", "gvisor":
 		rt, err := openDocker(ctx, opts, logger)
 		if err != nil {
@@ -147,6 +157,23 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 		return nil, nil, err
 	}
 	return []runtime.Runtime{rt}, func() error { return nil }, nil
+}
+
+// openRunsc opens the runsc runtime in LocalDir/runsc, exporting images
+// through the Docker engine the environment names, and makes the base
+// image when it can (as the docker modes do).
+func openRunsc(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Runtime, func() error, error) {
+	imgs, err := runsc.NewDockerImages()
+	if err != nil {
+		return nil, nil, fmt.Errorf("runsc: a Docker engine exports the images' root file systems: %w", err)
+	}
+	rt, err := runsc.New(runsc.Config{Dir: filepath.Join(opts.LocalDir, "runsc"), Node: opts.Node, Images: imgs})
+	if err != nil {
+		return nil, nil, errors.Join(err, imgs.Close())
+	}
+	ensureImages(ctx, opts.Images, logger)
+	logger.Info("runsc: gVisor sandboxes run by runsc directly; memory checkpoints on")
+	return []runtime.Runtime{rt}, imgs.Close, nil
 }
 
 // checkGVisor checks, for the gvisor runtime, that Docker runs a probe

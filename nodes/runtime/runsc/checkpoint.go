@@ -63,6 +63,13 @@ func ReadMeta(dir string) (Meta, error) {
 	return m, nil
 }
 
+// InspectCheckpoint returns what dir's MetaFile records of the files
+// (ReadMeta's errors).
+func (r *Runtime) InspectCheckpoint(dir string) (runtime.CheckpointInfo, error) {
+	m, err := ReadMeta(dir)
+	return m.CheckpointInfo, err
+}
+
 // Checkpoint writes the sandbox's processes and memory, and then its
 // workspace as they left it, into dir (made if missing; it must hold no
 // checkpoint yet), and the digests of both. The sandbox is stopped by the

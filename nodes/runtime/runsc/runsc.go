@@ -68,6 +68,8 @@ type Runtime struct {
 var (
 	_ runtime.Runtime  = (*Runtime)(nil)
 	_ runtime.Restorer = (*Runtime)(nil)
+
+	_ runtime.CheckpointInspector = (*Runtime)(nil)
 )
 
 // New returns the runtime, making cfg.Dir. It fails when cfg is invalid,

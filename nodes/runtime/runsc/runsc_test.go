@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,26 +29,8 @@ func newRuntime(t testing.TB) *runsc.Runtime {
 // newRuntimeDir is newRuntime, with its directory.
 func newRuntimeDir(t testing.TB) (*runsc.Runtime, string) {
 	t.Helper()
-	if _, err := exec.LookPath("runsc"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true but no runsc: %v", err)
-		}
-		t.Skipf("no runsc: %v", err)
-	}
-	if os.Geteuid() != 0 {
-		// runsc run directly makes namespaces and cgroups: root only.
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but not root: the runsc runtime's tests need root")
-		}
-		t.Skip("the runsc runtime needs root")
-	}
-	testenv.GVisorRuntime(t) // the same host needs as the gvisor runtime's
 	dir := t.TempDir()
-	rt, err := runsc.New(runsc.Config{Dir: dir, Node: t.Name(), Images: runsc.DockerImagesOf(testenv.DockerClient(t))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rt, dir
+	return testenv.RunscRuntime(t, dir, t.Name()), dir
 }
 
 // processesUnder returns the host processes whose command line names dir

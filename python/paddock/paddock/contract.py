@@ -10,6 +10,7 @@ CONTRACT_MAJOR = 1
 CONTRACT_MINOR = 5
 
 # Ops (commands.Specs): the last token of their subject.
+OP_CHECKPOINT = "checkpoint"
 OP_CREATE = "create"
 OP_DELETE = "delete"
 OP_DIFF = "diff"
@@ -47,6 +48,7 @@ TENANT_OPS = (
     "resume",
 )
 SESSION_OPS = (
+    "checkpoint",
     "delete",
     "exec",
     "exec_read",
