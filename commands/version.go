@@ -29,7 +29,7 @@ import (
 // A request without a version is taken as 1.0.
 const (
 	ContractMajor = 1
-	ContractMinor = 5
+	ContractMinor = 6
 )
 
 // Version is the contract version as it travels: "1.0".

@@ -36,7 +36,7 @@ var arrows = []arrow{
 	{from: "provision/...", to: "nodes/..."},
 	{from: "mcpserver/...", to: "nodes/..."},
 	{from: "mcpserver/...", to: "scheduler/..."},
-	{from: "...", except: []string{"testenv"}, to: "testenv"},
+	{from: "...", except: []string{"testenv/..."}, to: "testenv/..."},
 	{from: "...", except: []string{"cmd/..."}, to: "cmd/..."},
 }
 

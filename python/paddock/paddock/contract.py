@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 # The contract version every request carries ("MAJOR.MINOR"; commands.Version).
-CONTRACT_VERSION = "1.5"
+CONTRACT_VERSION = "1.6"
 CONTRACT_MAJOR = 1
-CONTRACT_MINOR = 5
+CONTRACT_MINOR = 6
 
 # Ops (commands.Specs): the last token of their subject.
 OP_CHECKPOINT = "checkpoint"
