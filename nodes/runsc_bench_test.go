@@ -13,11 +13,6 @@ import (
 	"github.com/paddock-dev/paddock/testenv"
 )
 
-// memFillScript makes a process hold 100 MiB of random (incompressible)
-// memory, as the runsc runtime's benchmark does, and writes "full" to the
-// workspace once they are in.
-const memFillScript = `((head -c 104857600 /dev/urandom; echo full > full; sleep 100000) | tail -c 104857600 >/dev/null) </dev/null >/dev/null 2>&1 &`
-
 // BenchmarkRunscCheckpointNode measures memory checkpoints through the
 // node (client, scheduler, node, object store, chain) for a runsc session
 // holding 100 MiB of memory and a 1 MiB workspace file: a checkpoint that
@@ -47,7 +42,7 @@ func BenchmarkRunscCheckpointNode(b *testing.B) {
 		if _, err := st.Client.WriteFile(ctx, s.SessionID, "data.bin", bytes.Repeat([]byte("x"), 1<<20), 0o644); err != nil {
 			b.Fatal(err)
 		}
-		if res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: memFillScript}); err != nil || res.ExitCode != 0 {
+		if res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: testenv.MemFillScript}); err != nil || res.ExitCode != 0 {
 			b.Fatalf("fill: %+v, %v", res, err)
 		}
 		testenv.Eventually(b, 2*time.Minute, func() error {

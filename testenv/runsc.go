@@ -34,3 +34,10 @@ func RunscRuntime(t testing.TB, dir, node string) *runsc.Runtime {
 	}
 	return rt
 }
+
+// MemFillScript, run by sh in a sandbox's workspace, leaves a process
+// holding 100 MiB of random (incompressible) memory: tail keeps the last
+// 100 MiB of its input until the input ends, which the sleep never lets
+// happen. It writes "full" to the workspace once the 100 MiB are in. The
+// memory checkpoint benchmarks fill their sandboxes with it.
+const MemFillScript = `((head -c 104857600 /dev/urandom; echo full > full; sleep 100000) | tail -c 104857600 >/dev/null) </dev/null >/dev/null 2>&1 &`

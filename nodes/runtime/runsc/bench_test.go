@@ -13,12 +13,6 @@ import (
 	"github.com/paddock-dev/paddock/testenv"
 )
 
-// fillScript makes a process hold 100 MiB of random (incompressible)
-// memory: tail keeps the last 100 MiB of its input until the input ends,
-// which the sleep never lets happen. It writes "full" to the workspace
-// once the 100 MiB are in.
-const fillScript = `((head -c 104857600 /dev/urandom; echo full > full; sleep 100000) | tail -c 104857600 >/dev/null) </dev/null >/dev/null 2>&1 &`
-
 // BenchmarkMemoryCheckpoint measures, for a sandbox holding 100 MiB of
 // memory (and a 1 MiB workspace): a checkpoint (processes, memory and
 // workspace; the sandbox stops), a restore on another runtime instance
@@ -46,7 +40,7 @@ func BenchmarkMemoryCheckpoint(b *testing.B) {
 		if err := sb.WriteFile(b.Context(), "data.bin", bytes.Repeat([]byte("x"), 1<<20), 0o644); err != nil {
 			b.Fatal(err)
 		}
-		if res, err := sb.Exec(b.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", fillScript}}); err != nil || res.ExitCode != 0 {
+		if res, err := sb.Exec(b.Context(), runtime.ExecSpec{Argv: []string{"sh", "-c", testenv.MemFillScript}}); err != nil || res.ExitCode != 0 {
 			b.Fatalf("fill: %v %+v", err, res)
 		}
 		testenv.Eventually(b, 2*time.Minute, func() error {
