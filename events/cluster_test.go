@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,5 +94,90 @@ func TestStreamSurvivesServerLoss(t *testing.T) {
 		if ev.Seq != uint64(i+1) {
 			t.Fatalf("event %d has seq %d", i, ev.Seq)
 		}
+	}
+}
+
+// TestSpreadLeaders: three partitions at three replicas whose leaders are
+// all on one server end with three leaders on three servers after
+// SpreadLeaders, and take guarded appends on every partition after it; a
+// second SpreadLeaders moves nothing.
+func TestSpreadLeaders(t *testing.T) {
+	c := testenv.StartCluster(t, 3, broker.Config{})
+	js := testenv.JetStream(t, testenv.Connect(t, c.URL()))
+	ctx := testenv.Context(t, 3*time.Minute)
+	testenv.Eventually(t, time.Minute, func() error {
+		_, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3, Partitions: 3})
+		return err
+	})
+	log, err := events.OpenLog(ctx, js, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Gather every leader on s1 (the attack on the spread: the meta
+	// layer's placement at its worst).
+	testenv.Eventually(t, time.Minute, func() error {
+		leaders, err := log.Leaders(ctx)
+		if err != nil {
+			return err
+		}
+		for k, l := range leaders {
+			if l != "s1" {
+				if _, err := events.MoveLeader(ctx, js, log.Streams()[k], "s1"); err != nil {
+					return err
+				}
+				return fmt.Errorf("leader of %s was %s", log.Streams()[k], l)
+			}
+		}
+		return nil
+	})
+	if got, _ := log.Leaders(ctx); !slices.Equal(got, []string{"s1", "s1", "s1"}) {
+		t.Fatalf("leaders %v before the spread, want all on s1", got)
+	}
+	var moves []events.LeaderMove
+	testenv.Eventually(t, time.Minute, func() error {
+		m, err := log.SpreadLeaders(ctx)
+		moves = append(moves, m...)
+		if err != nil {
+			return err
+		}
+		leaders, err := log.Leaders(ctx)
+		if err != nil {
+			return err
+		}
+		if distinct := len(slices.Compact(slices.Sorted(slices.Values(leaders)))); distinct != 3 {
+			return fmt.Errorf("leaders %v: %d servers, want 3", leaders, distinct)
+		}
+		return nil
+	})
+	if len(moves) < 2 {
+		t.Fatalf("%d moves (%v), want at least 2 from all-on-s1", len(moves), moves)
+	}
+	for _, m := range moves {
+		if m.From == m.To || m.To == "" {
+			t.Fatalf("move %+v: want a leader that changed", m)
+		}
+	}
+	again, err := log.SpreadLeaders(ctx)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second spread: moves %v, err %v; want none", again, err)
+	}
+	// Every partition takes guarded appends under its new leader.
+	seen := map[string]bool{}
+	for i := 0; len(seen) < 3; i++ {
+		if i > 200 {
+			t.Fatalf("200 sessions reached partitions %v only", seen)
+		}
+		session := uuid.NewString()
+		stream := log.Streams()[events.PartitionOf("t", session, 3)]
+		if seen[stream] {
+			continue
+		}
+		ev := &events.Event{Version: events.Version, EventID: uuid.NewString(), TS: time.Now().UTC(), Tenant: "t", SessionID: session,
+			Seq: 1, Op: "exec", Phase: events.PhaseStart, SpanID: "1"}
+		testenv.Eventually(t, 30*time.Second, func() error {
+			_, err := log.Append(ctx, ev, 0)
+			return err
+		})
+		seen[stream] = true
 	}
 }
