@@ -38,7 +38,7 @@ const spreadWait = 15 * time.Second
 // that hold their replicas, so that no server leads more than
 // ceil(streams/servers) of them where the replicas allow it: it keeps the
 // leaders already within that share (in stream order) and steps the others
-// down, each in favour of its least-loaded current peer, waiting for the
+// down, each in favour of its least-loaded online peer, waiting for the
 // new leader; up to three rounds, since the server may hand a lead to
 // another peer than the one asked. It returns the moves made (none for a
 // log of one stream, an R1 deployment or a single server). A stepdown
@@ -103,7 +103,7 @@ func planSpread(ctx context.Context, js jetstream.JetStream, streams []string) (
 		servers[g.leader] = true
 		for _, r := range info.Cluster.Replicas {
 			servers[r.Name] = true
-			if r.Current && !r.Offline {
+			if !r.Offline { // a peer still catching up may lead: the server judges its health
 				g.peers = append(g.peers, r.Name)
 			}
 		}
