@@ -38,15 +38,21 @@ type engine struct {
 
 // startEngine starts the cluster, the streams and buckets and a scheduler,
 // all stopped when tb ends.
-func startEngine(tb testing.TB) *engine {
+func startEngine(tb testing.TB) *engine { return startEngineWith(tb, 1) }
+
+// startEngineWith is startEngine on an event log of the given partitions,
+// their leaders spread over the servers (as serve does).
+func startEngineWith(tb testing.TB, partitions int) *engine {
 	tb.Helper()
 	ctx := testenv.Context(tb, time.Minute)
 	e := &engine{cluster: testenv.StartCluster(tb, 3, broker.Config{})}
 	nc := testenv.Connect(tb, e.cluster.URL())
 	e.js = testenv.JetStream(tb, nc)
-	if _, err := events.EnsureStream(ctx, e.js, events.StreamConfig{Replicas: replicas}); err != nil {
-		tb.Fatal(err)
-	}
+	testenv.Eventually(tb, time.Minute, func() error { // a new cluster may refuse R3 for a moment
+		_, err := events.EnsureStream(ctx, e.js, events.StreamConfig{Replicas: replicas, Partitions: partitions})
+		return err
+	})
+	spreadLeaders(ctx, tb, events.NewLog(e.js, "", ""))
 	if _, err := projector.EnsureBuckets(ctx, e.js, projector.Config{Replicas: replicas}); err != nil {
 		tb.Fatal(err)
 	}

@@ -43,28 +43,6 @@ func partitionLogs(tb testing.TB, c *testenv.Cluster, name, prefix string, n int
 	return logs
 }
 
-// leaders names the Raft leader of each of the log's streams.
-func leaders(ctx context.Context, tb testing.TB, js jetstream.JetStream, log *events.Log) []string {
-	tb.Helper()
-	var out []string
-	for _, name := range log.Streams() {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		leader := ""
-		if info.Cluster != nil {
-			leader = info.Cluster.Leader
-		}
-		out = append(out, leader)
-	}
-	return out
-}
-
 // guardedAppender returns a drive function: worker w appends the next
 // event of its own session through logs[w%len(logs)], guarded by the
 // session's last sequence, as a node does.
@@ -95,17 +73,23 @@ func guardedAppender(ctx context.Context, logs []*events.Log, workers int) func(
 // BenchmarkClusterPartitions measures guarded appends (as
 // BenchmarkClusterAppend: each waits for its ack, each writer on its own
 // session) to an event log of 1, 2, 4 and 8 partitions at three replicas
-// on one three-server cluster, with the same writers, in one run. The
-// 1-partition row is today's layout: the baseline.
+// on one three-server cluster, with the same writers, in one run, each
+// deployment's leaders spread over the servers (SpreadLeaders, as serve
+// does; the log shows them as placed and as spread). The 1-partition row
+// is today's layout: the baseline.
 //
 //	go test -run '^$' -bench BenchmarkClusterPartitions -benchtime 4000x ./bench/
 func BenchmarkClusterPartitions(b *testing.B) {
 	ctx := context.Background()
 	cluster := testenv.StartCluster(b, 3, broker.Config{})
-	js := testenv.JetStream(b, testenv.Connect(b, cluster.URL()))
 	for _, n := range []int{1, 2, 4, 8} {
 		logs := partitionLogs(b, cluster, fmt.Sprintf("EVP%d", n), fmt.Sprintf("p%d", n), n)
-		b.Logf("%d partitions: leaders %v", n, leaders(ctx, b, js, logs[0]))
+		placed, err := logs[0].Leaders(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%d partitions: leaders %v as placed", n, placed)
+		spreadLeaders(ctx, b, logs[0])
 		for _, workers := range []int{64, 256} {
 			b.Run(fmt.Sprintf("partitions=%d/workers=%d", n, workers), func(b *testing.B) {
 				fn := guardedAppender(ctx, logs, workers)
@@ -164,6 +148,22 @@ func BenchmarkGuardPrefilled(b *testing.B) {
 			report(b, lat, elapsed, "events/s")
 		})
 	}
+}
+
+// spreadLeaders spreads the log's partition leaders over the servers (as
+// serve does), retrying while the new groups settle, and logs where they
+// end.
+func spreadLeaders(ctx context.Context, tb testing.TB, log *events.Log) {
+	tb.Helper()
+	testenv.Eventually(tb, time.Minute, func() error {
+		_, err := log.SpreadLeaders(ctx)
+		return err
+	})
+	got, err := log.Leaders(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("%d partitions: leaders %v after the spread", log.Partitions(), got)
 }
 
 // prefill publishes one event on each of n session subjects, unguarded,
