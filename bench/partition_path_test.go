@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddock-dev/paddock/broker"
-	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/projector"
@@ -43,22 +42,11 @@ func BenchmarkClusterExecPartitions(b *testing.B) {
 		ps := e.startProjectors(b, n)
 		e.addNodes(b, 20, nodes.Config{})
 		cs := e.clients(b, 64)
-		ids := make([]string, len(cs))
-		for i, c := range cs {
-			s, err := c.Create(ctx, commands.CreateArgs{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ids[i] = s.SessionID
-		}
-		args := commands.ExecArgs{Argv: []string{"true"}}
+		execTrue := sessionExecs(ctx, b, cs)
 		b.Run(fmt.Sprintf("partitions=%d/clients=%d", n, len(cs)), func(b *testing.B) {
 			sampler := startLagSampler(e.js, e.log.Streams(), ps, 50*time.Millisecond)
 			b.ResetTimer()
-			lat, elapsed, err := drive(len(cs), b.N, func(w int) error {
-				_, err := cs[w].Exec(ctx, ids[w], args)
-				return err
-			})
+			lat, elapsed, err := drive(len(cs), b.N, execTrue)
 			b.StopTimer()
 			lag := sampler.stop()
 			if err != nil {
@@ -226,44 +214,42 @@ func BenchmarkGuardCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fills := []int{0, 100_000}
-	if v := os.Getenv("PADDOCK_GUARD_SUBJECTS"); v != "" {
-		fills = []int{0}
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 {
-				b.Fatalf("PADDOCK_GUARD_SUBJECTS: %q is not a count", f)
-			}
-			fills = append(fills, n)
-		}
-	}
-	for _, fill := range fills {
+	for _, fill := range guardFills(b, 100_000) {
 		name, prefix := fmt.Sprintf("EVC%d", fill), fmt.Sprintf("c%d", fill)
 		if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Name: name, Prefix: prefix}); err != nil {
 			b.Fatal(err)
 		}
 		log := events.NewLog(js, name, prefix)
-		began := time.Now()
 		prefill(ctx, b, js, log.Subjects(), fill)
-		if fill > 0 {
-			b.Logf("filled %s with %d session subjects in %s", name, fill, time.Since(began).Round(time.Millisecond))
-		}
 		for _, guard := range []bool{true, false} {
 			b.Run(fmt.Sprintf("subjects=%d/guard=%t", fill, guard), func(b *testing.B) {
 				fn := guardedAppender(ctx, []*events.Log{log}, 64)
 				if !guard {
 					fn = unguardedAppender(ctx, js, log.Subjects(), 64)
 				}
-				b.ResetTimer()
-				lat, elapsed, err := drive(64, b.N, fn)
-				b.StopTimer()
-				if err != nil {
-					b.Fatal(err)
-				}
-				report(b, lat, elapsed, "events/s")
+				benchDrive(b, 64, fn, "events/s")
 			})
 		}
 	}
+}
+
+// guardFills are the fills of the guard benchmarks: none (the baseline),
+// then PADDOCK_GUARD_SUBJECTS's comma-separated counts, or def.
+func guardFills(b *testing.B, def ...int) []int {
+	b.Helper()
+	v := os.Getenv("PADDOCK_GUARD_SUBJECTS")
+	if v == "" {
+		return append([]int{0}, def...)
+	}
+	fills := []int{0}
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			b.Fatalf("PADDOCK_GUARD_SUBJECTS: %q is not a count", f)
+		}
+		fills = append(fills, n)
+	}
+	return fills
 }
 
 // unguardedAppender is guardedAppender without the guard: worker w

@@ -3,9 +3,6 @@ package bench_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -92,14 +89,7 @@ func BenchmarkClusterPartitions(b *testing.B) {
 		spreadLeaders(ctx, b, logs[0])
 		for _, workers := range []int{64, 256} {
 			b.Run(fmt.Sprintf("partitions=%d/workers=%d", n, workers), func(b *testing.B) {
-				fn := guardedAppender(ctx, logs, workers)
-				b.ResetTimer()
-				lat, elapsed, err := drive(workers, b.N, fn)
-				b.StopTimer()
-				if err != nil {
-					b.Fatal(err)
-				}
-				report(b, lat, elapsed, "events/s")
+				benchDrive(b, workers, guardedAppender(ctx, logs, workers), "events/s")
 			})
 		}
 	}
@@ -117,35 +107,13 @@ func BenchmarkClusterPartitions(b *testing.B) {
 func BenchmarkGuardPrefilled(b *testing.B) {
 	ctx := context.Background()
 	cluster := testenv.StartCluster(b, 3, broker.Config{})
-	fills := []int{0, 100_000, 300_000}
-	if v := os.Getenv("PADDOCK_GUARD_SUBJECTS"); v != "" {
-		fills = []int{0}
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 {
-				b.Fatalf("PADDOCK_GUARD_SUBJECTS: %q is not a count", f)
-			}
-			fills = append(fills, n)
-		}
-	}
-	for _, fill := range fills {
+	for _, fill := range guardFills(b, 100_000, 300_000) {
 		name, prefix := fmt.Sprintf("EVG%d", fill), fmt.Sprintf("g%d", fill)
 		logs := partitionLogs(b, cluster, name, prefix, 1)
 		js := testenv.JetStream(b, testenv.Connect(b, cluster.URL()))
-		began := time.Now()
 		prefill(ctx, b, js, logs[0].Subjects(), fill)
-		if fill > 0 {
-			b.Logf("filled %s with %d session subjects in %s", name, fill, time.Since(began).Round(time.Millisecond))
-		}
 		b.Run(fmt.Sprintf("subjects=%d/workers=64", fill), func(b *testing.B) {
-			fn := guardedAppender(ctx, logs, 64)
-			b.ResetTimer()
-			lat, elapsed, err := drive(64, b.N, fn)
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			report(b, lat, elapsed, "events/s")
+			benchDrive(b, 64, guardedAppender(ctx, logs, 64), "events/s")
 		})
 	}
 }
@@ -167,9 +135,15 @@ func spreadLeaders(ctx context.Context, tb testing.TB, log *events.Log) {
 }
 
 // prefill publishes one event on each of n session subjects, unguarded,
-// with a window of asynchronous publishes, and waits for every ack.
+// with a window of asynchronous publishes, waits for every ack, and logs
+// how long it took.
 func prefill(ctx context.Context, tb testing.TB, js jetstream.JetStream, subj events.Subjects, n int) {
 	tb.Helper()
+	if n == 0 {
+		return
+	}
+	began := time.Now()
+	defer func() { tb.Logf("filled %d session subjects in %s", n, time.Since(began).Round(time.Millisecond)) }()
 	data := []byte(`{"version":1,"op":"create","phase":"start","data":{"image":"paddock/sandbox-base"}}`)
 	for i := 0; i < n; i++ {
 		if _, err := js.PublishAsync(subj.Session("fill", fmt.Sprintf("s%07d", i), "create", events.PhaseStart), data); err != nil {
