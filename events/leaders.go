@@ -25,9 +25,10 @@ import (
 // LeaderMove is one leader SpreadLeaders moved.
 type LeaderMove struct {
 	// Stream is the stream whose leader moved.
-	Stream string
+	Stream string `json:"stream"`
 	// From and To are the servers that led it before and lead it after.
-	From, To string
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 // spreadWait bounds how long SpreadLeaders waits for one stream's new
