@@ -105,34 +105,12 @@ func TestSpreadLeaders(t *testing.T) {
 	c := testenv.StartCluster(t, 3, broker.Config{})
 	js := testenv.JetStream(t, testenv.Connect(t, c.URL()))
 	ctx := testenv.Context(t, 3*time.Minute)
-	testenv.Eventually(t, time.Minute, func() error {
-		_, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3, Partitions: 3})
-		return err
-	})
-	log, err := events.OpenLog(ctx, js, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := testenv.PartitionedLog(t, js, 3)
 	// Gather every leader on s1 (the attack on the spread: the meta
 	// layer's placement at its worst), spread them, and check the outcome;
 	// again if an election of the loaded machine's own came in between.
-	gather := func() error {
-		leaders, err := log.Leaders(ctx)
-		if err != nil {
-			return err
-		}
-		for k, l := range leaders {
-			if l != "s1" {
-				if _, err := events.MoveLeader(ctx, js, log.Streams()[k], "s1"); err != nil {
-					return err
-				}
-				return fmt.Errorf("leader of %s was %s", log.Streams()[k], l)
-			}
-		}
-		return nil
-	}
 	testenv.Eventually(t, 2*time.Minute, func() error {
-		testenv.Eventually(t, time.Minute, gather)
+		testenv.Eventually(t, time.Minute, func() error { return testenv.GatherLeaders(ctx, js, log, "s1") })
 		moves, err := log.SpreadLeaders(ctx)
 		if err != nil {
 			return err

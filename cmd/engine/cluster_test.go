@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/broker"
-	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/operator"
 	"github.com/paddock-dev/paddock/testenv"
 )
@@ -116,26 +115,12 @@ func TestClusterBalance(t *testing.T) {
 	t.Setenv("PADDOCK_CREDS", "none") // the cluster runs without auth here
 	js := testenv.JetStream(t, testenv.Connect(t, url))
 	ctx := testenv.Context(t, 3*time.Minute)
-	testenv.Eventually(t, time.Minute, func() error {
-		_, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3, Partitions: 3})
-		return err
-	})
-	log, err := events.OpenLog(ctx, js, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := testenv.PartitionedLog(t, js, 3)
 	// Gather, balance, check; again if the loaded machine held an election
 	// of its own in between.
 	testenv.Eventually(t, 2*time.Minute, func() error {
-		leaders, err := log.Leaders(ctx)
-		if err != nil {
+		if err := testenv.GatherLeaders(ctx, js, log, "s1"); err != nil {
 			return err
-		}
-		for k, l := range leaders {
-			if l != "s1" {
-				_, err := events.MoveLeader(ctx, js, log.Streams()[k], "s1")
-				return fmt.Errorf("leader of %s was %s (moved: %v)", log.Streams()[k], l, err)
-			}
 		}
 		code, out, errs := cli(t, url, "", "cluster", "balance", "--json")
 		if code != 0 {
