@@ -36,12 +36,12 @@ type LeaderMove struct {
 const spreadWait = 15 * time.Second
 
 // SpreadLeaders spreads the leaders of the log's streams over the servers
-// that hold their replicas, so that no server leads more than
-// ceil(streams/servers) of them where the replicas allow it: it keeps the
-// leaders already within that share (in stream order) and steps the others
-// down, each in favour of its least-loaded online peer, waiting for the
-// new leader; up to three rounds, since the server may hand a lead to
-// another peer than the one asked. It returns the moves made (none for a
+// that hold their replicas, so that the numbers of streams the servers
+// lead differ by one at most where the replicas allow it (4 streams on 3
+// servers: 2, 1, 1): it plans the fewest moves, each stream's lead to an
+// online peer leading fewer, steps those leaders down in favour of the
+// peer planned, and waits for each new leader; up to three rounds, since
+// the server may hand a lead to another peer than the one asked. It returns the moves made (none for a
 // log of one stream, an R1 deployment or a single server). A stepdown
 // refused or a leader not elected in time is an unavailable error; the
 // moves made before it stand.
@@ -82,16 +82,18 @@ func SpreadLeaders(ctx context.Context, js jetstream.JetStream, streams []string
 }
 
 // planSpread is the leader moves that would spread the streams' leaders:
-// each server keeps the leaders within its share (in stream order), and
-// each other stream goes to its peer that leads the fewest, when that is
-// fewer than its own server.
+// while some stream's leader leads at least two more streams than
+// another server of that stream's group, that stream's lead goes to the
+// server leading the fewest. It ends with the leaders' counts within one
+// of each other where the groups' peers allow it (4 streams on 3 servers:
+// 2, 1, 1), moving as few leaders as it takes.
 func planSpread(ctx context.Context, js jetstream.JetStream, streams []string) ([]LeaderMove, error) {
 	type group struct {
-		stream, leader string
-		peers          []string // the other servers that could lead it
+		stream, leader, lead string   // lead: the leader planned
+		servers              []string // the online servers of the group
 	}
-	groups := make([]group, 0, len(streams))
-	servers := map[string]bool{}
+	var groups []*group
+	led := map[string]int{}
 	for _, name := range streams {
 		info, err := streamInfo(ctx, js, name)
 		if err != nil {
@@ -100,40 +102,41 @@ func planSpread(ctx context.Context, js jetstream.JetStream, streams []string) (
 		if info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) == 0 {
 			continue // not replicated, or no leader to move
 		}
-		g := group{stream: name, leader: info.Cluster.Leader}
-		servers[g.leader] = true
+		g := &group{stream: name, leader: info.Cluster.Leader, lead: info.Cluster.Leader, servers: []string{info.Cluster.Leader}}
 		for _, r := range info.Cluster.Replicas {
-			servers[r.Name] = true
+			if _, ok := led[r.Name]; !ok {
+				led[r.Name] = 0 // a server leading none counts
+			}
 			if !r.Offline { // a peer still catching up may lead: the server judges its health
-				g.peers = append(g.peers, r.Name)
+				g.servers = append(g.servers, r.Name)
 			}
 		}
+		led[g.leader]++
 		groups = append(groups, g)
 	}
-	if len(groups) < 2 || len(servers) < 2 {
-		return nil, nil
-	}
-	share := (len(groups) + len(servers) - 1) / len(servers)
-	led := map[string]int{}
-	var over []group
-	for _, g := range groups {
-		if led[g.leader] < share {
-			led[g.leader]++
-			continue
-		}
-		over = append(over, g)
-	}
-	var plan []LeaderMove
-	for _, g := range over {
-		to := g.leader
-		for _, p := range g.peers {
-			if led[p] < led[to] {
-				to = p
+	// Each move lowers the sum of the squared counts, so this ends; the
+	// bound is a guard.
+	for range len(groups) * len(led) {
+		var best *group
+		to, gain := "", 1
+		for _, g := range groups {
+			for _, p := range g.servers {
+				if d := led[g.lead] - led[p]; d > gain {
+					best, to, gain = g, p, d
+				}
 			}
 		}
+		if best == nil {
+			break
+		}
+		led[best.lead]--
 		led[to]++
-		if to != g.leader {
-			plan = append(plan, LeaderMove{Stream: g.stream, From: g.leader, To: to})
+		best.lead = to
+	}
+	var plan []LeaderMove
+	for _, g := range groups {
+		if g.lead != g.leader {
+			plan = append(plan, LeaderMove{Stream: g.stream, From: g.leader, To: g.lead})
 		}
 	}
 	return plan, nil
