@@ -13,6 +13,7 @@ import (
 
 	"github.com/paddock-dev/paddock/broker"
 	"github.com/paddock-dev/paddock/client"
+	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/objectstore"
@@ -38,23 +39,31 @@ type engine struct {
 
 // startEngine starts the cluster, the streams and buckets and a scheduler,
 // all stopped when tb ends.
-func startEngine(tb testing.TB) *engine {
+func startEngine(tb testing.TB) *engine { return startEngineWith(tb, 1) }
+
+// startEngineWith is startEngine on an event log of the given partitions,
+// their leaders spread over the servers (as serve does).
+func startEngineWith(tb testing.TB, partitions int) *engine {
 	tb.Helper()
 	ctx := testenv.Context(tb, time.Minute)
 	e := &engine{cluster: testenv.StartCluster(tb, 3, broker.Config{})}
 	nc := testenv.Connect(tb, e.cluster.URL())
 	e.js = testenv.JetStream(tb, nc)
-	if _, err := events.EnsureStream(ctx, e.js, events.StreamConfig{Replicas: replicas}); err != nil {
+	testenv.Eventually(tb, time.Minute, func() error { // a new cluster may refuse R3 for a moment
+		_, err := events.EnsureStream(ctx, e.js, events.StreamConfig{Replicas: replicas, Partitions: partitions})
+		return err
+	})
+	var err error
+	if e.log, err = events.NewLog(e.js, "", "").Resolve(ctx); err != nil {
 		tb.Fatal(err)
 	}
+	spreadLeaders(ctx, tb, e.log)
 	if _, err := projector.EnsureBuckets(ctx, e.js, projector.Config{Replicas: replicas}); err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := objectstore.Ensure(ctx, e.js, objectstore.Config{Replicas: replicas}); err != nil {
 		tb.Fatal(err)
 	}
-	e.log = events.NewLog(e.js, "", "")
-	var err error
 	e.scheduler, err = scheduler.New(nc, e.log, scheduler.Config{}, nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -102,6 +111,25 @@ func (e *engine) clients(tb testing.TB, n int) []*client.Client {
 	return cs
 }
 
+// sessionExecs creates a session for each client and returns a drive
+// function: worker w execs `true` in client w's session.
+func sessionExecs(ctx context.Context, tb testing.TB, cs []*client.Client) func(w int) error {
+	tb.Helper()
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		s, err := c.Create(ctx, commands.CreateArgs{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ids[i] = s.SessionID
+	}
+	args := commands.ExecArgs{Argv: []string{"true"}}
+	return func(w int) error {
+		_, err := cs[w].Exec(ctx, ids[w], args)
+		return err
+	}
+}
+
 // drive runs n calls of fn spread over workers goroutines (fn gets the
 // worker's index) and returns the latencies, sorted, and the wall time.
 // The first error stops the run.
@@ -142,6 +170,19 @@ func drive(workers, n int, fn func(w int) error) ([]time.Duration, time.Duration
 	elapsed := time.Since(start)
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	return lat, elapsed, first
+}
+
+// benchDrive is drive of b.N calls, timed, failing b on an error, and
+// reported under unit.
+func benchDrive(b *testing.B, workers int, fn func(w int) error, unit string) {
+	b.Helper()
+	b.ResetTimer()
+	lat, elapsed, err := drive(workers, b.N, fn)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	report(b, lat, elapsed, unit)
 }
 
 // report reports the rate of n operations in elapsed, under unit, and the

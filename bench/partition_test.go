@@ -3,9 +3,6 @@ package bench_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -43,28 +40,6 @@ func partitionLogs(tb testing.TB, c *testenv.Cluster, name, prefix string, n int
 	return logs
 }
 
-// leaders names the Raft leader of each of the log's streams.
-func leaders(ctx context.Context, tb testing.TB, js jetstream.JetStream, log *events.Log) []string {
-	tb.Helper()
-	var out []string
-	for _, name := range log.Streams() {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		leader := ""
-		if info.Cluster != nil {
-			leader = info.Cluster.Leader
-		}
-		out = append(out, leader)
-	}
-	return out
-}
-
 // guardedAppender returns a drive function: worker w appends the next
 // event of its own session through logs[w%len(logs)], guarded by the
 // session's last sequence, as a node does.
@@ -95,27 +70,26 @@ func guardedAppender(ctx context.Context, logs []*events.Log, workers int) func(
 // BenchmarkClusterPartitions measures guarded appends (as
 // BenchmarkClusterAppend: each waits for its ack, each writer on its own
 // session) to an event log of 1, 2, 4 and 8 partitions at three replicas
-// on one three-server cluster, with the same writers, in one run. The
-// 1-partition row is today's layout: the baseline.
+// on one three-server cluster, with the same writers, in one run, each
+// deployment's leaders spread over the servers (SpreadLeaders, as serve
+// does; the log shows them as placed and as spread). The 1-partition row
+// is today's layout: the baseline.
 //
 //	go test -run '^$' -bench BenchmarkClusterPartitions -benchtime 4000x ./bench/
 func BenchmarkClusterPartitions(b *testing.B) {
 	ctx := context.Background()
 	cluster := testenv.StartCluster(b, 3, broker.Config{})
-	js := testenv.JetStream(b, testenv.Connect(b, cluster.URL()))
 	for _, n := range []int{1, 2, 4, 8} {
 		logs := partitionLogs(b, cluster, fmt.Sprintf("EVP%d", n), fmt.Sprintf("p%d", n), n)
-		b.Logf("%d partitions: leaders %v", n, leaders(ctx, b, js, logs[0]))
+		placed, err := logs[0].Leaders(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%d partitions: leaders %v as placed", n, placed)
+		spreadLeaders(ctx, b, logs[0])
 		for _, workers := range []int{64, 256} {
 			b.Run(fmt.Sprintf("partitions=%d/workers=%d", n, workers), func(b *testing.B) {
-				fn := guardedAppender(ctx, logs, workers)
-				b.ResetTimer()
-				lat, elapsed, err := drive(workers, b.N, fn)
-				b.StopTimer()
-				if err != nil {
-					b.Fatal(err)
-				}
-				report(b, lat, elapsed, "events/s")
+				benchDrive(b, workers, guardedAppender(ctx, logs, workers), "events/s")
 			})
 		}
 	}
@@ -133,43 +107,43 @@ func BenchmarkClusterPartitions(b *testing.B) {
 func BenchmarkGuardPrefilled(b *testing.B) {
 	ctx := context.Background()
 	cluster := testenv.StartCluster(b, 3, broker.Config{})
-	fills := []int{0, 100_000, 300_000}
-	if v := os.Getenv("PADDOCK_GUARD_SUBJECTS"); v != "" {
-		fills = []int{0}
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 {
-				b.Fatalf("PADDOCK_GUARD_SUBJECTS: %q is not a count", f)
-			}
-			fills = append(fills, n)
-		}
-	}
-	for _, fill := range fills {
+	for _, fill := range guardFills(b, 100_000, 300_000) {
 		name, prefix := fmt.Sprintf("EVG%d", fill), fmt.Sprintf("g%d", fill)
 		logs := partitionLogs(b, cluster, name, prefix, 1)
 		js := testenv.JetStream(b, testenv.Connect(b, cluster.URL()))
-		began := time.Now()
 		prefill(ctx, b, js, logs[0].Subjects(), fill)
-		if fill > 0 {
-			b.Logf("filled %s with %d session subjects in %s", name, fill, time.Since(began).Round(time.Millisecond))
-		}
 		b.Run(fmt.Sprintf("subjects=%d/workers=64", fill), func(b *testing.B) {
-			fn := guardedAppender(ctx, logs, 64)
-			b.ResetTimer()
-			lat, elapsed, err := drive(64, b.N, fn)
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			report(b, lat, elapsed, "events/s")
+			benchDrive(b, 64, guardedAppender(ctx, logs, 64), "events/s")
 		})
 	}
 }
 
+// spreadLeaders spreads the log's partition leaders over the servers (as
+// serve does), retrying while the new groups settle, and logs where they
+// end.
+func spreadLeaders(ctx context.Context, tb testing.TB, log *events.Log) {
+	tb.Helper()
+	testenv.Eventually(tb, time.Minute, func() error {
+		_, err := log.SpreadLeaders(ctx)
+		return err
+	})
+	got, err := log.Leaders(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("%d partitions: leaders %v after the spread", log.Partitions(), got)
+}
+
 // prefill publishes one event on each of n session subjects, unguarded,
-// with a window of asynchronous publishes, and waits for every ack.
+// with a window of asynchronous publishes, waits for every ack, and logs
+// how long it took.
 func prefill(ctx context.Context, tb testing.TB, js jetstream.JetStream, subj events.Subjects, n int) {
 	tb.Helper()
+	if n == 0 {
+		return
+	}
+	began := time.Now()
+	defer func() { tb.Logf("filled %d session subjects in %s", n, time.Since(began).Round(time.Millisecond)) }()
 	data := []byte(`{"version":1,"op":"create","phase":"start","data":{"image":"paddock/sandbox-base"}}`)
 	for i := 0; i < n; i++ {
 		if _, err := js.PublishAsync(subj.Session("fill", fmt.Sprintf("s%07d", i), "create", events.PhaseStart), data); err != nil {

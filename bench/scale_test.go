@@ -116,20 +116,9 @@ func BenchmarkClusterExec(b *testing.B) {
 	e := startEngine(b)
 	e.addNodes(b, 20, nodes.Config{})
 	cs := e.clients(b, 32)
-	ids := make([]string, len(cs))
-	for i, c := range cs {
-		s, err := c.Create(ctx, commands.CreateArgs{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ids[i] = s.SessionID
-	}
-	args := commands.ExecArgs{Argv: []string{"true"}}
+	execTrue := sessionExecs(ctx, b, cs)
 	b.ResetTimer()
-	lat, elapsed, err := drive(len(cs), b.N, func(w int) error {
-		_, err := cs[w].Exec(ctx, ids[w], args)
-		return err
-	})
+	lat, elapsed, err := drive(len(cs), b.N, execTrue)
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)

@@ -3,6 +3,8 @@ package events_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,5 +95,68 @@ func TestStreamSurvivesServerLoss(t *testing.T) {
 		if ev.Seq != uint64(i+1) {
 			t.Fatalf("event %d has seq %d", i, ev.Seq)
 		}
+	}
+}
+
+// TestSpreadLeaders: four partitions at three replicas whose leaders are
+// all on one server end with their leaders on three servers, two at most
+// on one (2, 1, 1), after SpreadLeaders, and take guarded appends on every
+// partition after it; a second SpreadLeaders moves nothing.
+func TestSpreadLeaders(t *testing.T) {
+	c := testenv.StartCluster(t, 3, broker.Config{})
+	js := testenv.JetStream(t, testenv.Connect(t, c.URL()))
+	ctx := testenv.Context(t, 3*time.Minute)
+	log := testenv.PartitionedLog(t, js, 4)
+	// Gather every leader on s1 (the attack on the spread: the meta
+	// layer's placement at its worst), spread them, and check the outcome;
+	// again if an election of the loaded machine's own came in between.
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		testenv.Eventually(t, time.Minute, func() error { return testenv.GatherLeaders(ctx, js, log, "s1") })
+		moves, err := log.SpreadLeaders(ctx)
+		if err != nil {
+			return err
+		}
+		if len(moves) < 2 {
+			return fmt.Errorf("%d moves (%v), want at least 2 from all-on-s1 (4, 0, 0 to 2, 1, 1)", len(moves), moves)
+		}
+		for _, m := range moves {
+			if m.From == m.To || m.To == "" {
+				t.Fatalf("move %+v: want a leader that changed", m)
+			}
+		}
+		leaders, err := log.Leaders(ctx)
+		if err != nil {
+			return err
+		}
+		count := map[string]int{}
+		for _, l := range leaders {
+			count[l]++
+		}
+		if len(count) != 3 || slices.Max(slices.Collect(maps.Values(count))) != 2 {
+			return fmt.Errorf("leaders %v after the spread, want them on 3 servers, 2 at most on one", leaders)
+		}
+		if again, err := log.SpreadLeaders(ctx); err != nil || len(again) != 0 {
+			return fmt.Errorf("second spread: moves %v, err %v; want none", again, err)
+		}
+		return nil
+	})
+	// Every partition takes guarded appends under its new leader.
+	seen := map[string]bool{}
+	for i := 0; len(seen) < 4; i++ {
+		if i > 200 {
+			t.Fatalf("200 sessions reached partitions %v only", seen)
+		}
+		session := uuid.NewString()
+		stream := log.Streams()[events.PartitionOf("t", session, 4)]
+		if seen[stream] {
+			continue
+		}
+		ev := &events.Event{Version: events.Version, EventID: uuid.NewString(), TS: time.Now().UTC(), Tenant: "t", SessionID: session,
+			Seq: 1, Op: "exec", Phase: events.PhaseStart, SpanID: "1"}
+		testenv.Eventually(t, 30*time.Second, func() error {
+			_, err := log.Append(ctx, ev, 0)
+			return err
+		})
+		seen[stream] = true
 	}
 }

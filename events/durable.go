@@ -3,11 +3,9 @@ package events
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/paddock-dev/paddock/errcode"
 )
@@ -139,53 +137,12 @@ func (l *Log) ReadDurable(ctx context.Context, opts DurableOptions, fn func(Msg)
 // durablePartitions is ReadDurable on a log over several partitions: a
 // durable consumer of the same name on each partition's stream the
 // filters can match, each keeping its own position, so a later read
-// resumes every partition where it left off. Without Follow the
-// partitions are read one after another, in partition order; with Follow
-// all at once, fn called by one at a time. Order holds within each
-// partition, so within each session. A start sequence names a place in
-// one stream, so it takes filters of one partition (invalid_request).
+// resumes every partition where it left off (see eachPartition).
 func (l *Log) durablePartitions(ctx context.Context, opts DurableOptions, fn func(Msg) error) error {
-	filters := opts.Filters
-	if len(filters) == 0 {
-		filters = []string{l.subjects.AllSessions()}
-	}
-	byPart := l.subjects.partitionFilters(filters)
-	if opts.StartSeq > 0 && len(byPart) > 1 {
-		return errcode.New(errcode.InvalidRequest, "durable consumer %s: a start sequence names a place in one partition's stream; the filters match %d partitions", opts.Name, len(byPart))
-	}
-	parts := make([]int, 0, len(byPart))
-	for k := range l.Partitions() {
-		if _, ok := byPart[k]; ok {
-			parts = append(parts, k)
-		}
-	}
-	one := func(ctx context.Context, k int, fn func(Msg) error) error {
+	what := "durable consumer " + opts.Name + ": "
+	return l.eachPartition(ctx, opts.Filters, opts.StartSeq, opts.Follow, what, func(ctx context.Context, k int, filters []string, fn func(Msg) error) error {
 		o := opts
-		o.Filters = byPart[k]
+		o.Filters = filters
 		return l.Partition(k).ReadDurable(ctx, o, fn)
-	}
-	if !opts.Follow {
-		for _, k := range parts {
-			if err := one(ctx, k, fn); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	for _, k := range parts {
-		g.Go(func() error {
-			return one(gctx, k, func(m Msg) error {
-				mu.Lock()
-				defer mu.Unlock()
-				return fn(m)
-			})
-		})
-	}
-	err := g.Wait()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
+	}, fn)
 }

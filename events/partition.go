@@ -253,18 +253,31 @@ func (s Subjects) partitionFilters(filters []string) map[int][]string {
 }
 
 // readPartitions is Read on a log over several partitions: each partition
-// its filters can match is read through a consumer of its own. A read of
-// what is there goes partition by partition, in partition order; a follow
-// reads them all at once, fn called by one at a time. A start sequence
-// names a place in one stream, so it takes a filter of one partition.
+// its filters can match is read through a consumer of its own (see
+// eachPartition).
 func (l *Log) readPartitions(ctx context.Context, opts ReadOptions, fn func(Msg) error) error {
-	filters := opts.Filters
+	return l.eachPartition(ctx, opts.Filters, opts.StartSeq, opts.Follow, "", func(ctx context.Context, k int, filters []string, fn func(Msg) error) error {
+		o := opts
+		o.Filters = filters
+		return l.Partition(k).Read(ctx, o, fn)
+	}, fn)
+}
+
+// eachPartition runs read on each partition the filters (default: every
+// session event) can match, with the filters rewritten for it. Without
+// follow the partitions are read one after another, in partition order;
+// with follow all at once, fn called by one at a time. Order holds within
+// each partition, so within each session. A start sequence names a place
+// in one stream, so it takes filters of one partition (invalid_request,
+// its message led by what).
+func (l *Log) eachPartition(ctx context.Context, filters []string, startSeq uint64, follow bool, what string,
+	read func(ctx context.Context, k int, filters []string, fn func(Msg) error) error, fn func(Msg) error) error {
 	if len(filters) == 0 {
 		filters = []string{l.subjects.AllSessions()}
 	}
 	byPart := l.subjects.partitionFilters(filters)
-	if opts.StartSeq > 0 && len(byPart) > 1 {
-		return errcode.New(errcode.InvalidRequest, "a start sequence names a place in one partition's stream; the filters match %d partitions", len(byPart))
+	if startSeq > 0 && len(byPart) > 1 {
+		return errcode.New(errcode.InvalidRequest, "%sa start sequence names a place in one partition's stream; the filters match %d partitions", what, len(byPart))
 	}
 	parts := make([]int, 0, len(byPart))
 	for k := range l.Partitions() {
@@ -272,14 +285,9 @@ func (l *Log) readPartitions(ctx context.Context, opts ReadOptions, fn func(Msg)
 			parts = append(parts, k)
 		}
 	}
-	one := func(ctx context.Context, k int, fn func(Msg) error) error {
-		o := opts
-		o.Filters = byPart[k]
-		return l.Partition(k).Read(ctx, o, fn)
-	}
-	if !opts.Follow {
+	if !follow {
 		for _, k := range parts {
-			if err := one(ctx, k, fn); err != nil {
+			if err := read(ctx, k, byPart[k], fn); err != nil {
 				return err
 			}
 		}
@@ -289,7 +297,7 @@ func (l *Log) readPartitions(ctx context.Context, opts ReadOptions, fn func(Msg)
 	g, gctx := errgroup.WithContext(ctx)
 	for _, k := range parts {
 		g.Go(func() error {
-			return one(gctx, k, func(m Msg) error {
+			return read(gctx, k, byPart[k], func(m Msg) error {
 				mu.Lock()
 				defer mu.Unlock()
 				return fn(m)

@@ -86,10 +86,33 @@ func resolve(ctx context.Context, js jetstream.JetStream, stream string, asked, 
 
 // EnsureStreams creates or updates the events stream and the workspace
 // bucket with their limits, the events stream first, so that its
-// reservation comes before the bucket's.
+// reservation comes before the bucket's. On a partitioned deployment it
+// then spreads the partitions' leaders over the servers (SpreadLeaders).
 func (p Plan) EnsureStreams(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) error {
 	def := p.Defaults(ctx, js, logger)
-	return readiness.RetryTransient(ctx, func(ctx context.Context) error { return p.ensureStreamsOnce(ctx, js, def, logger) })
+	if err := readiness.RetryTransient(ctx, func(ctx context.Context) error { return p.ensureStreamsOnce(ctx, js, def, logger) }); err != nil {
+		return err
+	}
+	SpreadLeaders(ctx, js, logger)
+	return nil
+}
+
+// SpreadLeaders spreads the leaders of the events' partitions over the
+// servers (events.Log.SpreadLeaders) and logs each move. A failure is
+// logged, not returned: spread leaders are a matter of speed, and a
+// deployment whose leaders stay together still works.
+func SpreadLeaders(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) {
+	log, err := events.OpenLog(ctx, js, "", "")
+	if err != nil || log.Partitions() == 1 {
+		return // an unpartitioned deployment has one leader to place
+	}
+	moves, err := log.SpreadLeaders(ctx)
+	for _, m := range moves {
+		logger.Info("events: partition leader moved", "stream", m.Stream, "from", m.From, "to", m.To)
+	}
+	if err != nil {
+		logger.Warn("events: the partitions' leaders are not spread over the servers (engine status shows where they are)", "err", err)
+	}
 }
 
 func (p Plan) ensureStreamsOnce(ctx context.Context, js jetstream.JetStream, def storage.Limits, logger *slog.Logger) error {

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddock-dev/paddock/broker"
+	"github.com/paddock-dev/paddock/events"
 )
 
 // Cluster is a NATS cluster of embedded servers on 127.0.0.1, each with
@@ -177,4 +179,39 @@ func (c *Cluster) metaCurrent() error {
 		return fmt.Errorf("the meta leader sees %d of the %d other running servers online", online, running-1)
 	}
 	return nil
+}
+
+// GatherLeaders moves the leader of every stream of log to server, the
+// placement at its worst that a leader spread must undo: nil once server
+// leads them all, else an error naming the first stream it tried to move
+// (call it under Eventually: a stepdown may hand the lead elsewhere).
+func GatherLeaders(ctx context.Context, js jetstream.JetStream, log *events.Log, server string) error {
+	leaders, err := log.Leaders(ctx)
+	if err != nil {
+		return err
+	}
+	for k, l := range leaders {
+		if l != server {
+			_, err := events.MoveLeader(ctx, js, log.Streams()[k], server)
+			return fmt.Errorf("leader of %s was %s (moved: %v)", log.Streams()[k], l, err)
+		}
+	}
+	return nil
+}
+
+// PartitionedLog makes the default events deployment on a cluster with n
+// partitions at three replicas (retrying while a new cluster refuses R3
+// for a moment) and returns its log.
+func PartitionedLog(t testing.TB, js jetstream.JetStream, n int) *events.Log {
+	t.Helper()
+	ctx := Context(t, 2*time.Minute)
+	Eventually(t, time.Minute, func() error {
+		_, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3, Partitions: n})
+		return err
+	})
+	log, err := events.OpenLog(ctx, js, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log
 }

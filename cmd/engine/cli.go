@@ -148,6 +148,7 @@ func leaves() []leaf {
 		{"auth node-keys", "", "{node: public key} of every node", auth("node-keys")},
 		{"cluster config", "", "a nats-server config per server of a cluster", with(clusterCmd, "config")},
 		{"cluster wait", "", "wait until the servers, streams and nodes are up", with(clusterCmd, "wait")},
+		{"cluster balance", "", "spread the event partitions' leaders over the servers", with(clusterCmd, "balance")},
 		{"nats-server", "-c FILE", "run a NATS server from a config file (SIGHUP reloads it)", func(ctx context.Context, _ globals, args []string, s streams) error {
 			return natsServerCmd(ctx, args, s.err)
 		}},

@@ -18,6 +18,7 @@ import (
 	"github.com/paddock-dev/paddock/cluster"
 	"github.com/paddock-dev/paddock/cmd/internal/bytesize"
 	"github.com/paddock-dev/paddock/errcode"
+	"github.com/paddock-dev/paddock/events"
 )
 
 const clusterUsage = `usage:
@@ -43,6 +44,10 @@ const clusterUsage = `usage:
       waits until every server of --server (a comma-separated list) answers with JetStream;
       with --replicas, until each of Paddock's streams has N replicas, a leader and current
       followers; with --nodes, until N nodes answer. Exits 1 (unavailable) at the timeout.
+  engine cluster balance [--json]
+      spreads the leaders of the events' partitions over the servers (serve does it at start;
+      run it after servers restart and leaders gathered): steps leaders down towards the peer
+      leading the fewest, then prints each move and where every partition's leader is.
 `
 
 // clusterCmd is `engine cluster ...`: the configs of a NATS cluster for
@@ -56,6 +61,8 @@ func clusterCmd(ctx context.Context, base globals, args []string, stdout, stderr
 		return clusterConfigCmd(args[1:], stdout, stderr)
 	case "wait":
 		return clusterWaitCmd(ctx, base, args[1:], stdout, stderr)
+	case "balance":
+		return clusterBalanceCmd(ctx, base, args[1:], stdout, stderr)
 	}
 	return usageErr("%s", clusterUsage)
 }
@@ -249,4 +256,60 @@ func clusterWaitCmd(ctx context.Context, base globals, args []string, stdout, st
 	}
 	_, err = fmt.Fprintf(stdout, "ready: %s\n", summary)
 	return err
+}
+
+// clusterBalanceResult is what `engine cluster balance --json` prints.
+type clusterBalanceResult struct {
+	Moves   []events.LeaderMove `json:"moves"`
+	Streams []string            `json:"streams"`
+	Leaders []string            `json:"leaders"`
+}
+
+// clusterBalanceCmd is `engine cluster balance`.
+func clusterBalanceCmd(ctx context.Context, base globals, args []string, stdout, stderr io.Writer) error {
+	var g globals
+	fs := newFlagSet("cluster balance", stderr)
+	g.register(fs, base)
+	jsonOut := fs.Bool("json", false, "print {\"moves\", \"streams\", \"leaders\"}")
+	pos, rest, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || rest != nil {
+		return usageErr("cluster balance takes no arguments")
+	}
+	js, closeConn, err := dialJS(&g)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if g.consumer() != "" {
+		return errcode.New(errcode.PermissionDenied, "%s is an auditor: cluster balance is for the engine's and admins' credentials", g.who.Name)
+	}
+	log, err := events.OpenLog(ctx, js, "", "")
+	if err != nil {
+		return err
+	}
+	res := clusterBalanceResult{Streams: log.Streams()}
+	res.Moves, err = log.SpreadLeaders(ctx)
+	if err != nil {
+		return err
+	}
+	if res.Leaders, err = log.Leaders(ctx); err != nil {
+		return err
+	}
+	if *jsonOut {
+		return printJSON(stdout, res)
+	}
+	for _, m := range res.Moves {
+		if _, err := fmt.Fprintf(stdout, "moved %s: %s -> %s\n", m.Stream, m.From, m.To); err != nil {
+			return err
+		}
+	}
+	for k, name := range res.Streams {
+		if _, err := fmt.Fprintf(stdout, "%s\tleader %s\n", name, res.Leaders[k]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

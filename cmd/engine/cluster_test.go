@@ -104,3 +104,42 @@ func TestServeOnCluster(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClusterBalance: on a 3-server cluster whose three event partitions
+// all have their leader on s1, `engine cluster balance --json` moves two
+// of them and leaves three leaders on three servers; a second run moves
+// none.
+func TestClusterBalance(t *testing.T) {
+	c := testenv.StartCluster(t, 3, broker.Config{})
+	url := c.URL()
+	t.Setenv("PADDOCK_CREDS", "none") // the cluster runs without auth here
+	js := testenv.JetStream(t, testenv.Connect(t, url))
+	ctx := testenv.Context(t, 3*time.Minute)
+	log := testenv.PartitionedLog(t, js, 3)
+	// Gather, balance, check; again if the loaded machine held an election
+	// of its own in between.
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		if err := testenv.GatherLeaders(ctx, js, log, "s1"); err != nil {
+			return err
+		}
+		code, out, errs := cli(t, url, "", "cluster", "balance", "--json")
+		if code != 0 {
+			return fmt.Errorf("cluster balance: exit %d, stderr %q", code, errs)
+		}
+		var res clusterBalanceResult
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("cluster balance printed %q: %v", out, err)
+		}
+		distinct := map[string]bool{}
+		for _, l := range res.Leaders {
+			distinct[l] = true
+		}
+		if len(res.Moves) < 2 || len(distinct) != 3 || len(res.Streams) != 3 {
+			return fmt.Errorf("cluster balance from all-on-s1: %+v; want 2 moves or more and three leaders on three servers", res)
+		}
+		if again := mustCLI(t, url, "", "cluster", "balance", "--json"); !strings.Contains(again, `"moves": null`) && !strings.Contains(again, `"moves":null`) {
+			return fmt.Errorf("second balance: %s; want no moves", again)
+		}
+		return nil
+	})
+}

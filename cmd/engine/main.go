@@ -99,6 +99,7 @@ Usage:
                                                authorization (and TLS beyond loopback); prints the URLs
   engine cluster wait [--replicas N] [--nodes N] [--timeout D]
                                                wait until the servers, streams and nodes are up
+  engine cluster balance [--json]              spread the event partitions' leaders over the servers
   engine nats-server -c FILE                   run a NATS server from a config file (SIGHUP reloads it)
   engine config print [--config FILE] [--json] the effective settings of serve: value and source
                                                (flag, env, file, default), secrets masked
