@@ -238,6 +238,12 @@ type ReadOptions struct {
 	StartSeq uint64
 	// StartTime starts at the first event at or after this time.
 	StartTime time.Time
+	// After resumes a read: for each stream named (Msg.Stream), it starts
+	// after that sequence, the last one delivered, whatever StartSeq and
+	// StartTime say; a stream not named starts as they say. A read across
+	// partitions that a passing fault cut short goes on this way from
+	// where each partition was.
+	After map[string]uint64
 	// Follow keeps delivering new events until ctx ends; otherwise Read
 	// returns once it has delivered what the stream held when it began.
 	Follow bool
@@ -323,6 +329,9 @@ func (l *Log) Read(ctx context.Context, opts ReadOptions, fn func(Msg) error) er
 		if len(opts.Filters) == 0 {
 			return nil // none matches in this partition
 		}
+	}
+	if seq, ok := opts.After[stream]; ok {
+		opts.StartSeq, opts.StartTime = seq+1, time.Time{}
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters}
 	if len(cfg.FilterSubjects) == 0 {

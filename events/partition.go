@@ -256,6 +256,11 @@ func (s Subjects) partitionFilters(filters []string) map[int][]string {
 // its filters can match is read through a consumer of its own (see
 // eachPartition).
 func (l *Log) readPartitions(ctx context.Context, opts ReadOptions, fn func(Msg) error) error {
+	if len(opts.After) > 0 {
+		// A resumption: each partition's place is in After, or its
+		// start is the read's first one (a time, or the beginning).
+		opts.StartSeq = 0
+	}
 	return l.eachPartition(ctx, opts.Filters, opts.StartSeq, opts.Follow, "", func(ctx context.Context, k int, filters []string, fn func(Msg) error) error {
 		o := opts
 		o.Filters = filters

@@ -436,3 +436,66 @@ func TestResolveBoundsADroppedLookup(t *testing.T) {
 		t.Fatalf("%d lookups reached the API, want 2", n)
 	}
 }
+
+// TestReadResumesEachPartition: a read across partitions that a fault
+// cut short goes on (ReadOptions.After) from where each partition's
+// stream was, delivering every event exactly once; a stream After does
+// not name starts from the beginning.
+func TestReadResumesEachPartition(t *testing.T) {
+	b := testenv.StartBroker(t)
+	js := testenv.JetStream(t, testenv.Connect(t, b.ClientURL()))
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	log := events.NewLog(js, "", "")
+	for i := range 12 {
+		s := fmt.Sprintf("s%02d", i)
+		var last uint64
+		for seq := uint64(1); seq <= 2; seq++ {
+			at, err := log.Append(ctx, newEvent(s, seq, events.PhaseStart), last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = at
+		}
+	}
+	var all []events.Msg
+	if err := log.Read(ctx, events.ReadOptions{}, func(m events.Msg) error { all = append(all, m); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	byStream := map[string][]events.Msg{}
+	for _, m := range all {
+		byStream[m.Stream] = append(byStream[m.Stream], m)
+	}
+	if len(all) != 24 || len(byStream) != 3 {
+		t.Fatalf("read %d events in %d streams, want 24 in 3", len(all), len(byStream))
+	}
+	// The cut: two streams part read (the first one's first event, the
+	// second one's first two), the third not at all.
+	resolved, err := log.Resolve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := resolved.Streams()
+	after := map[string]uint64{streams[0]: byStream[streams[0]][0].StreamSeq, streams[1]: byStream[streams[1]][1].StreamSeq}
+	seen := map[string]int{}
+	for _, m := range append(byStream[streams[0]][:1], byStream[streams[1]][:2]...) {
+		seen[m.Stream+fmt.Sprint(m.StreamSeq)]++
+	}
+	err = log.Read(ctx, events.ReadOptions{After: after, StartSeq: 999}, func(m events.Msg) error {
+		seen[m.Stream+fmt.Sprint(m.StreamSeq)]++
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("resumed read: %v", err)
+	}
+	if len(seen) != 24 {
+		t.Fatalf("the read and its resumption delivered %d distinct events, want 24", len(seen))
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("event %s delivered %d times", k, n)
+		}
+	}
+}

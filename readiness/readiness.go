@@ -26,9 +26,9 @@ const maxBackoff = 2 * time.Second
 //
 // read must not repeat on a second call what the first one printed: it
 // starts afresh, or (a reader that prints as it goes) after the last
-// event it printed. Such a reader passes progress, the stream sequence it
-// has reached: a failure after progress waits afresh, so that a follower
-// that ran for hours still gets its whole wait.
+// event it printed. Such a reader passes progress, a number that grows as
+// it goes (how many events it handled): a failure after progress waits
+// afresh, so that a follower that ran for hours still gets its whole wait.
 func Retry(ctx context.Context, js jetstream.JetStream, what, stream string, wait time.Duration, read func(context.Context) error, progress ...func() uint64) error {
 	deadline := time.Now().Add(wait)
 	backoff := 100 * time.Millisecond

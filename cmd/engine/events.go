@@ -108,31 +108,24 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	}
 	filter := log.Subjects().Filter(tenant, *session, *op)
 	// A read that fails on a passing fault is tried again from the event
-	// after the last one printed (a durable consumer resumes by itself).
-	var last uint64
-	reached := func() uint64 { return last }
-	from := func() (uint64, time.Time) {
-		if last > 0 {
-			return last + 1, time.Time{}
-		}
-		return startSeq, startTime
-	}
+	// after the last one printed, in each partition's stream (a durable
+	// consumer resumes by itself).
+	var res resumption
 	if sub == "export" && *format == "sdk" {
 		return exportSDK(ctx, js, *wait, log, filter, g.consumer(), g.provisioner(js), stdout, stderr)
 	}
 	if sub == "export" {
 		// The stored bytes, one event per line: the stream's own JSON.
 		return readiness.Retry(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
-			seq, _ := from()
-			return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: seq, Consumer: g.consumer(), Provision: g.provisioner(js)}, func(m events.Msg) error {
+			return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: startSeq, After: res.after, Consumer: g.consumer(), Provision: g.provisioner(js)}, func(m events.Msg) error {
 				_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
-				last = m.StreamSeq
+				res.reached(m)
 				return err
 			})
-		}, reached)
+		}, res.progress)
 	}
 	print := func(m events.Msg) error {
-		last = m.StreamSeq
+		res.reached(m)
 		if *jsonOut {
 			_, err := fmt.Fprintf(stdout, "%s\n", m.Data)
 			return err
@@ -151,7 +144,7 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 	err = readiness.Retry(ctx, js, "events stream", events.DefaultStream, *wait, func(ctx context.Context) error {
 		if *durable != "" {
 			seq, t := startSeq, startTime
-			if last > 0 {
+			if res.n > 0 {
 				seq, t = 0, time.Time{} // the consumer exists: it resumes
 			}
 			return log.ReadDurable(ctx, events.DurableOptions{
@@ -159,9 +152,9 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 				Provision: g.provisioner(js),
 			}, print)
 		}
-		seq, t := from()
-		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: seq, StartTime: t, Follow: !*noFollow, Consumer: g.consumer(), Provision: g.provisioner(js)}, print)
-	}, reached)
+		return log.Read(ctx, events.ReadOptions{Filters: []string{filter}, StartSeq: startSeq, StartTime: startTime, After: res.after,
+			Follow: !*noFollow, Consumer: g.consumer(), Provision: g.provisioner(js)}, print)
+	}, res.progress)
 	if errors.Is(err, context.Canceled) {
 		return nil // interrupted while following: a normal end
 	}
@@ -178,17 +171,14 @@ func exportSDK(ctx context.Context, js jetstream.JetStream, wait time.Duration, 
 	var conv events.SDKExporter
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
-	var last uint64 // the last event handled: a retry starts after it
+	var res resumption // a retry starts after the last event handled
 	err := readiness.Retry(ctx, js, "events stream", events.DefaultStream, wait, func(ctx context.Context) error {
-		opts := events.ReadOptions{Filters: []string{filter}, Consumer: consumer, Provision: provision}
-		if last > 0 {
-			opts.StartSeq = last + 1
-		}
+		opts := events.ReadOptions{Filters: []string{filter}, Consumer: consumer, Provision: provision, After: res.after}
 		return log.Read(ctx, opts, func(m events.Msg) error {
-			last = m.StreamSeq
+			res.reached(m)
 			return exportSDKOne(m, &conv, enc, noOp, &undecodable, stderr)
 		})
-	}, func() uint64 { return last })
+	}, res.progress)
 	if err != nil {
 		return err
 	}
@@ -269,3 +259,23 @@ func formatEvent(ev events.Event) string {
 	}
 	return b.String()
 }
+
+// resumption is where a read that prints as it goes has got to: the last
+// event handled in each stream (partition), for a retry to go on after
+// it (events.ReadOptions.After), and how many it handled.
+type resumption struct {
+	after map[string]uint64
+	n     uint64
+}
+
+// reached records m as handled.
+func (r *resumption) reached(m events.Msg) {
+	if r.after == nil {
+		r.after = map[string]uint64{}
+	}
+	r.after[m.Stream] = m.StreamSeq
+	r.n++
+}
+
+// progress is how many events were handled: readiness.Retry's progress.
+func (r *resumption) progress() uint64 { return r.n }
