@@ -193,3 +193,40 @@ func TestFindSandboxesRemovesMalformed(t *testing.T) {
 		t.Error("exec in the removed sandbox succeeded")
 	}
 }
+
+// TestFindSandboxesSparesOnesInTheMaking: passes of FindSandboxes running
+// the whole time creates are made (as the node's reaper does) remove none
+// of the directories being made: every create succeeds and runs.
+func TestFindSandboxesSparesOnesInTheMaking(t *testing.T) {
+	rt := newRuntime(t)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := rt.FindSandboxes(t.Context()); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for i := range 3 {
+		sb := create(t, rt, spec(t, fmt.Sprint("m", i)))
+		if res := run(t, sb, "true"); res.ExitCode != 0 {
+			t.Errorf("sandbox %d: exit %d", i, res.ExitCode)
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("FindSandboxes: %v", err)
+	}
+	found, err := rt.FindSandboxes(t.Context())
+	if err != nil || len(found) != 3 {
+		t.Fatalf("FindSandboxes = %d, %v; want the 3 sandboxes", len(found), err)
+	}
+}
