@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,57 @@ func TestRunscNode(t *testing.T) {
 	if err := st.Client.Delete(ctx, s.SessionID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRunscNodeReattach: a node on runsc that stops (its sandboxes run
+// on) and starts again with the same id and a new runtime on the same
+// directory (a restarted process) serves its running session again: the
+// counter the session left in memory still counts, its secret is still
+// redacted; and the session's shutdown then leaves no sandbox directory.
+func TestRunscNodeReattach(t *testing.T) {
+	image := testenv.SandboxBaseImage(t)
+	node := "runscre-" + uuid.NewString()[:8]
+	dir := t.TempDir()
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true})
+	ctx := testenv.Context(t, 3*time.Minute)
+	first := startAgent(t, st, nodes.Config{ID: node}, testenv.RunscRuntime(t, dir, node))
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: runsc.Name, Image: image, SecretEnv: map[string]string{"TOKEN": "s3cr3t-value"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: counterScript})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("start the counter: %+v, %v", res, err)
+	}
+	pid := strings.TrimSpace(res.Stdout)
+	before := readCounter(t, st, s.SessionID, pid)
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	second := startAgent(t, st, nodes.Config{ID: node}, testenv.RunscRuntime(t, dir, node))
+	if got := second.Sessions(); len(got) != 1 {
+		t.Fatalf("reattached %v, want the session", got)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		if n := readCounter(t, st, s.SessionID, pid); n <= before {
+			return fmt.Errorf("counter %d, want more than %d", n, before)
+		}
+		return nil
+	})
+	res, err = st.Client.Exec(ctx, s.SessionID, commands.ExecArgs{Shell: `echo "$TOKEN"`})
+	if err != nil || res.Stdout != "[REDACTED]\n" {
+		t.Fatalf("exec after reattach = %q, %v; want the redacted secret", res.Stdout, err)
+	}
+	if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if left, _ := filepath.Glob(filepath.Join(dir, "sandboxes", "sb-*")); len(left) > 0 {
+			return fmt.Errorf("sandbox directories left: %q", left)
+		}
+		return nil
+	})
 }
 
 // counterScript keeps a counter in a shell's memory only: it counts up

@@ -131,18 +131,59 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		_ = os.RemoveAll(sessionDir)
 		return nil, err
 	}
+	return r.holdLocked(sessionDir, ws, vroot, spec.Env, root), nil
+}
+
+// holdLocked records sessionDir as a sandbox's and returns that sandbox,
+// running, over the workspace ws opened as root. r.mu must be held.
+func (r *Runtime) holdLocked(sessionDir, ws, vroot string, env map[string]string, root *os.Root) *Sandbox {
 	r.live[sessionDir] = true
 	return &Sandbox{
 		release:    func() { r.mu.Lock(); delete(r.live, sessionDir); r.mu.Unlock() },
 		sessionDir: sessionDir,
 		dir:        ws,
 		vroot:      vroot,
-		env:        maps.Clone(spec.Env),
+		env:        maps.Clone(env),
 		timeout:    r.cfg.DefaultTimeout,
 		root:       root,
 		state:      stateRunning,
 		procs:      make(map[*proc]struct{}),
-	}, nil
+	}
+}
+
+// Reopen returns a sandbox over the workspace an earlier Create of a
+// runtime on the same directory made for spec's session (one whose node
+// restarted; the runsc runtime's found sandboxes keep their workspaces
+// this way), running, as Create's: its Shutdown removes the session
+// directory. A session this runtime has a sandbox of is already_exists; a
+// workspace that is not there is not_found; ids that cannot name a
+// directory are invalid_request.
+func (r *Runtime) Reopen(spec runtime.Spec) (*Sandbox, error) {
+	if err := checkComponent("tenant", spec.Tenant); err != nil {
+		return nil, err
+	}
+	if err := checkComponent("session id", spec.SessionID); err != nil {
+		return nil, err
+	}
+	vroot := spec.WorkspaceRoot
+	if vroot == "" {
+		vroot = runtime.DefaultWorkspaceRoot
+	}
+	sessionDir := filepath.Join(r.cfg.Dir, spec.Tenant, spec.SessionID)
+	ws := filepath.Join(sessionDir, "workspace")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live[sessionDir] {
+		return nil, errcode.New(errcode.AlreadyExists, "session %s already has a sandbox", spec.SessionID)
+	}
+	if fi, err := os.Lstat(ws); err != nil || !fi.IsDir() {
+		return nil, errcode.New(errcode.NotFound, "session %s has no workspace to reopen", spec.SessionID)
+	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "open workspace")
+	}
+	return r.holdLocked(sessionDir, ws, vroot, spec.Env, root), nil
 }
 
 // checkComponent refuses a tenant or session id that is not a single,

@@ -127,6 +127,49 @@ func TestCreateExisting(t *testing.T) {
 	}
 }
 
+// TestReopen: a second runtime on the same directory reopens a session's
+// workspace (its files there) once, refuses it while held, a missing one
+// and bad ids, and its Shutdown removes the session directory.
+func TestReopen(t *testing.T) {
+	dir := t.TempDir()
+	rt1, err := local.New(local.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb1, err := rt1.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb1.WriteFile(t.Context(), "f", []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := local.New(local.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := rt2.Reopen(runtime.Spec{Tenant: "t", SessionID: "s", Env: map[string]string{"K": "v"}})
+	if err != nil {
+		t.Fatalf("Reopen: %v", err)
+	}
+	if data, _, err := sb.ReadFile(t.Context(), "f", 64); err != nil || string(data) != "kept" {
+		t.Errorf("f after Reopen = %q, %v; want kept", data, err)
+	}
+	_, err = rt2.Reopen(runtime.Spec{Tenant: "t", SessionID: "s"})
+	wantCode(t, "Reopen of a held session", err, errcode.AlreadyExists)
+	_, err = rt2.Create(t.Context(), runtime.Spec{Tenant: "t", SessionID: "s"})
+	wantCode(t, "Create of a reopened session", err, errcode.AlreadyExists)
+	_, err = rt2.Reopen(runtime.Spec{Tenant: "t", SessionID: "missing"})
+	wantCode(t, "Reopen of a missing workspace", err, errcode.NotFound)
+	_, err = rt2.Reopen(runtime.Spec{Tenant: "..", SessionID: "s"})
+	wantCode(t, "Reopen of a bad tenant", err, errcode.InvalidRequest)
+	if err := sb.Shutdown(t.Context()); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "t", "s")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("session dir after Shutdown: %v; want not exist", err)
+	}
+}
+
 func TestCreateBadNames(t *testing.T) {
 	rt := newRuntime(t)
 	for _, name := range []string{"", ".", "..", "../x", "a/b", `a\b`, "a\x00b"} {

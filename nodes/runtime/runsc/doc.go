@@ -47,4 +47,13 @@
 // checkpoint on one node (a fork) run side by side: runsc names a
 // sandbox's control socket, abstract and so shared by every runsc root of
 // the host, after the container id ("address already in use" otherwise).
+//
+// # After a node restart
+//
+// Each sandbox's directory holds RecordFile (its session, epoch, container
+// id, image, user, workspace root and environment, 0600), written
+// atomically before its container starts. FindSandboxes reads the records
+// and returns Sandboxes that drive the sandboxes again, so the node adopts
+// or reaps them; a directory without a usable record has its containers
+// killed and is removed.
 package runsc

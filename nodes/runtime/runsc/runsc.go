@@ -63,6 +63,10 @@ type Runtime struct {
 	cfg    Config
 	ws     *local.Runtime // the workspaces' host directories
 	rootMu sync.Mutex     // serialises rootfs exports
+	findMu sync.Mutex     // serialises FindSandboxes
+
+	mu   sync.Mutex          // guards held
+	held map[string]*Sandbox // this runtime's sandboxes (made, restored or found) by directory
 }
 
 var (
@@ -95,7 +99,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runsc runtime: %w", err)
 	}
-	return &Runtime{cfg: cfg, ws: ws}, nil
+	return &Runtime{cfg: cfg, ws: ws, held: map[string]*Sandbox{}}, nil
 }
 
 // Name returns "runsc".
@@ -152,20 +156,31 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, containerID st
 		_ = lsb.Shutdown(context.WithoutCancel(ctx))
 		return nil, errcode.Wrap(errcode.RuntimeError, err, "give the workspace to the sandbox's user")
 	}
-	dir, err := os.MkdirTemp(filepath.Join(r.cfg.Dir, "sandboxes"), "sb-")
-	if err != nil {
-		_ = lsb.Shutdown(context.WithoutCancel(ctx))
-		return nil, errcode.Wrap(errcode.RuntimeError, err, "make the sandbox's directory")
-	}
 	if containerID == "" {
 		containerID = newContainerID(spec)
 	}
 	sb := &Sandbox{
-		rt: r, ws: lsb, dir: dir, id: containerID, image: spec.Image,
+		rt: r, ws: lsb, id: containerID, image: spec.Image,
 		uid: uid, gid: gid, vroot: vroot, env: spec.Env,
 		running: false,
 	}
+	// The directory is made and held in one step, so that FindSandboxes
+	// never takes one in the making for a leftover.
+	r.mu.Lock()
+	sb.dir, err = os.MkdirTemp(filepath.Join(r.cfg.Dir, "sandboxes"), "sb-")
+	if err == nil {
+		r.held[sb.dir] = sb
+	}
+	r.mu.Unlock()
+	if err != nil {
+		_ = lsb.Shutdown(context.WithoutCancel(ctx))
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "make the sandbox's directory")
+	}
 	if err := writeBundle(sb, rootfs, spec); err != nil {
+		_ = sb.Shutdown(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := writeRecord(sb, spec); err != nil {
 		_ = sb.Shutdown(context.WithoutCancel(ctx))
 		return nil, err
 	}

@@ -151,6 +151,7 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	if err := os.RemoveAll(s.dir); err != nil {
 		return errcode.Wrap(errcode.RuntimeError, err, "remove the sandbox's directory")
 	}
+	s.rt.release(s)
 	return werr
 }
 
