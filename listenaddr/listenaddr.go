@@ -18,7 +18,7 @@ import (
 func Check(flag, addr string, allowRemote bool, why string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return errcode.New(errcode.InvalidRequest, "%s %q: want HOST:PORT, such as 127.0.0.1:8080 (%v)", flag, addr, err)
+		return errcode.New(errcode.InvalidRequest, "%s %q: want host:port, such as 127.0.0.1:8080 (%v)", flag, addr, err)
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 		return errcode.New(errcode.InvalidRequest, "%s %q: the port must be a number from 0 to 65535", flag, addr)

@@ -27,6 +27,7 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		g.register(fs, base)
 		n := fs.Int("partitions", 0, fmt.Sprintf("the number of partitions to move the one-stream deployment to (2..%d)", events.MaxPartitions))
 		wait := fs.Duration("wait", time.Second, "how long to listen for nodes' heartbeats (a node that answers refuses the repartition)")
+		jsonOut := fs.Bool("json", false, "print {\"partitions\", \"sessions\", \"session_events\", \"node_events\", \"backup\"} once done, instead of each step")
 		pos, rest, err := parseInterleaved(fs, args[1:])
 		if err != nil {
 			return err
@@ -34,7 +35,7 @@ func eventsCmd(ctx context.Context, base globals, args []string, stdout, stderr 
 		if len(pos) > 0 || rest != nil {
 			return usageErr("events repartition takes no arguments")
 		}
-		return repartitionCmd(ctx, g, *n, *wait, stdout)
+		return repartitionCmd(ctx, g, *n, *wait, *jsonOut, stdout)
 	}
 	if len(args) == 0 || (args[0] != "tail" && args[0] != "export") {
 		return usageErr("usage: engine events tail [--session ID] [--op OP] [--since SEQ|TIME|DURATION] [--durable NAME] [--all-tenants] [--no-follow] [--json]\n       engine events export [--session ID] [--format stored|sdk] > events.jsonl\n       engine events repartition --partitions N   (engines and nodes stopped; see docs/scale.md)")

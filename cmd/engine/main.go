@@ -41,6 +41,9 @@ Usage:
   engine sandbox port ID PORT [--json]         the address that reaches a port the create exposed (--expose)
   engine sandbox start|stop|shutdown|delete ID   stop persists the workspace first
   engine sandbox persist ID [--json]           snapshot the workspace; prints the snapshot id
+  engine sandbox checkpoint ID [--leave-running] [--json]
+                                               snapshot the processes and their memory with the workspace
+                                               (runsc nodes; stop --memory is a checkpoint that stops)
   engine sandbox hydrate ID --from FILE.tar|- | --snapshot SNAP
                                                replace the workspace, all or nothing
   engine sandbox resume ID [--secret-env K=V]... [--empty] [--at SEQ] [--egress MODE] [--allow DEST]... [--json]

@@ -47,7 +47,12 @@ const (
 // A run that stopped midway is run again: while the backup exists and
 // SBX_EVENTS is no longer the one-stream original, the backup is the
 // history, and steps 2-4 start over from it.
-func repartitionCmd(ctx context.Context, g globals, n int, heartbeatWait time.Duration, stdout io.Writer) error {
+func repartitionCmd(ctx context.Context, g globals, n int, heartbeatWait time.Duration, jsonOut bool, stdout io.Writer) error {
+	// With --json the steps are not told as they go: one object at the end.
+	out := stdout
+	if jsonOut {
+		out = io.Discard
+	}
 	if n < 2 || n > events.MaxPartitions {
 		return usageErr("--partitions %d: a repartition makes 2..%d partitions", n, events.MaxPartitions)
 	}
@@ -90,7 +95,7 @@ func repartitionCmd(ctx context.Context, g globals, n int, heartbeatWait time.Du
 		if err := sameCount(ctx, js, events.DefaultStream, repartitionBackup); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "backed up %d session events of %d sessions and %d node events into %s\n", st.SessionEvents, st.Sessions, st.NodeEvents, repartitionBackup)
+		fmt.Fprintf(out, "backed up %d session events of %d sessions and %d node events into %s\n", st.SessionEvents, st.Sessions, st.NodeEvents, repartitionBackup)
 	case haveBackup:
 		// A run stopped after step 1: the backup is the history.
 		s, err := js.Stream(ctx, repartitionBackup)
@@ -101,7 +106,7 @@ func repartitionCmd(ctx context.Context, g globals, n int, heartbeatWait time.Du
 		if v := cfg.Metadata[repartitionDone]; v != "" {
 			return errcode.New(errcode.InvalidState, "the deployment was repartitioned already (onto %s partitions; %s is its backup): nothing to do", v, repartitionBackup)
 		}
-		fmt.Fprintf(stdout, "going on from the backup %s of an unfinished repartition\n", repartitionBackup)
+		fmt.Fprintf(out, "going on from the backup %s of an unfinished repartition\n", repartitionBackup)
 	case origErr != nil:
 		return fmt.Errorf("repartition: %w", origErr)
 	default:
@@ -139,8 +144,11 @@ func repartitionCmd(ctx context.Context, g globals, n int, heartbeatWait time.Du
 			return errcode.Wrap(errcode.Unavailable, err, "delete bucket "+b)
 		}
 	}
-	fmt.Fprintf(stdout, "copied %d session events of %d sessions and %d node events onto %d partitions; the projection is rebuilt when the engines start\n", st.SessionEvents, st.Sessions, st.NodeEvents, n)
-	fmt.Fprintf(stdout, "the backup %s is kept: delete it once `engine audit verify` and `engine replay --verify` are clean\n", repartitionBackup)
+	fmt.Fprintf(out, "copied %d session events of %d sessions and %d node events onto %d partitions; the projection is rebuilt when the engines start\n", st.SessionEvents, st.Sessions, st.NodeEvents, n)
+	fmt.Fprintf(out, "the backup %s is kept: delete it once `engine audit verify` and `engine replay --verify` are clean\n", repartitionBackup)
+	if jsonOut {
+		return printJSON(stdout, repartitionResult{Partitions: n, Sessions: st.Sessions, SessionEvents: st.SessionEvents, NodeEvents: st.NodeEvents, Backup: repartitionBackup})
+	}
 	return nil
 }
 
@@ -188,4 +196,13 @@ func sameCount(ctx context.Context, js jetstream.JetStream, a, b string) error {
 		return errcode.New(errcode.InvalidState, "%s holds %d events, its copy %s %d: nothing was changed; run again", a, counts[0], b, counts[1])
 	}
 	return nil
+}
+
+// repartitionResult is events repartition's --json result.
+type repartitionResult struct {
+	Partitions    int    `json:"partitions"`
+	Sessions      int    `json:"sessions"`
+	SessionEvents int    `json:"session_events"`
+	NodeEvents    int    `json:"node_events"`
+	Backup        string `json:"backup"`
 }
