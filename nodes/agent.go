@@ -70,9 +70,14 @@ type Agent struct {
 	sessions map[string]*session
 	nodeSubs []*nats.Subscription
 	draining bool
-	cordoned bool // no new sessions: the scheduler skips the node
-	started  bool
-	closed   bool
+	// registered is set once the node's registered event is recorded:
+	// until then it takes no command and answers no announce, so that no
+	// event it signs lands in the chain before the one that registers its
+	// key (audit verify rejects such events: unknown_signer).
+	registered bool
+	cordoned   bool // no new sessions: the scheduler skips the node
+	started    bool
+	closed     bool
 }
 
 // New returns an agent that serves its sessions with the given runtimes
@@ -185,6 +190,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.unsubscribeNode()
 		return err
 	}
+	a.mu.Lock()
+	a.registered = true
+	a.mu.Unlock()
 	a.adoptAll(ctx)
 	a.heartbeat()
 	a.loops.Add(1)
@@ -304,6 +312,11 @@ func (a *Agent) dispatch(tenant string, h func(ctx context.Context, m *nats.Msg)
 		if a.draining {
 			a.mu.Unlock()
 			a.respond(m, commands.ErrorReply(errcode.New(errcode.Unavailable, "node %s is draining", a.cfg.ID)))
+			return
+		}
+		if !a.registered {
+			a.mu.Unlock()
+			a.respond(m, commands.ErrorReply(errcode.New(errcode.Unavailable, "node %s is starting: its registration is not recorded yet", a.cfg.ID)))
 			return
 		}
 		release := func() {}
@@ -484,6 +497,12 @@ func (a *Agent) handlePing(m *nats.Msg) {
 func (a *Agent) handleAnnounce(m *nats.Msg) {
 	if auth.Delivered(m) != nil {
 		return
+	}
+	a.mu.Lock()
+	registered := a.registered
+	a.mu.Unlock()
+	if !registered {
+		return // not up until its registration is recorded
 	}
 	a.heartbeat()
 }

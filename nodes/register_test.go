@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime/local"
@@ -59,6 +61,26 @@ func TestNodeWaitsForStream(t *testing.T) {
 		}
 		return nil
 	})
+	// Until its registration is recorded the node takes no command (a
+	// create's events would precede the event registering its key) and
+	// answers no announce with a heartbeat.
+	hb, err := nc.SubscribeSync(commands.Subjects{}.Heartbeat("patient"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish(commands.Subjects{}.Announce(), nil); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := nc.Request(commands.Subjects{}.Node("patient", "create"), []byte(`{}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(reply.Data), string(errcode.Unavailable)) || !strings.Contains(string(reply.Data), "registration") {
+		t.Fatalf("a create before the node registered: %s; want unavailable, not registered yet", reply.Data)
+	}
+	if m, err := hb.NextMsg(500 * time.Millisecond); err == nil {
+		t.Fatalf("the node heartbeat before it registered: %s", m.Data)
+	}
 	if _, err := events.EnsureStream(testenv.Context(t, 30*time.Second), js, events.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
