@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -119,12 +119,7 @@ func NewShared(js jetstream.JetStream, cfg SharedConfig, logger *slog.Logger) (*
 func (s *Shared) Held() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]int, 0, len(s.held))
-	for k := range s.held {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
+	return slices.Sorted(maps.Keys(s.held))
 }
 
 // Lag is the sum of the held partitions' projectors' lag (0 when it holds

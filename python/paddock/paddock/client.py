@@ -28,6 +28,7 @@ from ._trace import Trace
 from ._transport import DEFAULT_TIMEOUT, WORKSPACE_TIMEOUT, Credentials, Transport, connect_nats
 from .contract import (
     INLINE_LIMIT,
+    OP_CHECKPOINT,
     OP_CREATE,
     OP_DELETE,
     OP_EXEC,
@@ -397,6 +398,15 @@ class Session:
         returns the snapshot ({"snapshot_id", "sha256", ...})."""
         res = await self._op(OP_PERSIST, timeout=WORKSPACE_TIMEOUT)
         return dict(res.get("snapshot") or {})
+
+    async def checkpoint(self, *, leave_running: bool = False) -> dict[str, Any]:
+        """Snapshot the processes and their memory with the workspace (contract 1.6; a
+        session on a runsc node: other runtimes answer PolicyDenied). Without
+        ``leave_running`` the sandbox stops; ``resume`` brings the processes back running.
+        Returns the memory snapshot ({"snapshot_id", "kind": "memory", "memory", ...})."""
+        args = {"leave_running": True} if leave_running else None
+        res = await self._op(OP_CHECKPOINT, args, timeout=WORKSPACE_TIMEOUT)
+        return dict((res or {}).get("snapshot") or {})
 
     async def hydrate(self, tar: bytes | IO[bytes] | Iterable[bytes]) -> dict[str, Any]:
         """Replace the workspace with a tar archive (checked before anything is extracted)."""

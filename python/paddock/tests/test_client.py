@@ -28,6 +28,15 @@ async def test_exec_and_shell(sess: paddock.Session) -> None:
         await sess.exec([])
 
 
+async def test_checkpoint_needs_runsc(sess: paddock.Session) -> None:
+    # The tests' node runs no runsc: a memory checkpoint is refused, and the session runs on.
+    with pytest.raises(paddock.errors.PolicyDenied):
+        await sess.checkpoint()
+    with pytest.raises(paddock.errors.PolicyDenied):
+        await sess.checkpoint(leave_running=True)
+    assert (await sess.exec(["true"])).ok
+
+
 async def test_files(sess: paddock.Session) -> None:
     await sess.write("/workspace/a.txt", "hello")
     assert await sess.read("/workspace/a.txt") == b"hello"
