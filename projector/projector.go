@@ -56,9 +56,9 @@ type Projector struct {
 	// one is dropped (the consumer was reset and delivers it again).
 	gen atomic.Uint64
 	// resetAt is the stream sequence the consumer was last reset to
-	// because of a gap (run loop only): a gap at the same place again
-	// means the events in it are gone from the stream.
-	resetAt uint64
+	// because of a gap, and resets how many times in a row it was reset
+	// there (run loop only): each reset at the same place waits longer.
+	resetAt, resets uint64
 
 	// quit stops taking new events; work bounds the writes of the events
 	// taken (Close cancels it only when its own bound runs out).
@@ -71,6 +71,12 @@ type Projector struct {
 	checkpoint   atomic.Uint64
 	taken, skips atomic.Uint64
 	problems     atomic.Uint64
+
+	// subMu serialises subscribe: the run loop's reset after a gap, and
+	// the reader's subscribe when its consumer went away (as the reset's
+	// delete makes it do). Two at once would pull from the one consumer
+	// on two iterators and lose what the stopped one was sent.
+	subMu sync.Mutex
 
 	mu      sync.Mutex // guards the fields below
 	it      jetstream.MessagesContext
@@ -294,21 +300,40 @@ func (p *Projector) read() {
 			}
 			continue
 		}
-		p.logger.Warn("events consumer gone, subscribing again from the position", "err", err, "position", p.position.Load())
 		for {
 			if !p.pause(failures) {
 				return
 			}
-			ctx, cancel := context.WithTimeout(p.quit, 10*time.Second)
-			err := p.subscribe(ctx)
-			cancel()
-			if err == nil {
+			done, err := p.resubscribe(it)
+			if done {
 				break
 			}
 			failures++
 			p.logger.Warn("subscribing again", "err", err)
 		}
 	}
+}
+
+// resubscribe subscribes again for the reader, whose iterator it stopped
+// delivering because its consumer went away, unless the run loop has
+// replaced that iterator meanwhile (its reset after a gap deletes the
+// consumer). done reports that the reader has an iterator to read.
+func (p *Projector) resubscribe(it jetstream.MessagesContext) (done bool, err error) {
+	p.subMu.Lock()
+	defer p.subMu.Unlock()
+	p.mu.Lock()
+	replaced := p.it != it
+	p.mu.Unlock()
+	if replaced {
+		return true, nil
+	}
+	p.logger.Warn("events consumer gone, subscribing again from the position", "position", p.position.Load())
+	ctx, cancel := context.WithTimeout(p.quit, 10*time.Second)
+	defer cancel()
+	if err := p.subscribe(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // pause waits a backoff for the n-th failure in a row; false means quit.
@@ -374,7 +399,21 @@ type group struct {
 // only after the ack wait, behind later ones). It retries until it
 // succeeds or the projector closes.
 func (p *Projector) resetAfterGap() {
-	p.resetAt = p.position.Load() + 1
+	at := p.position.Load() + 1
+	if at == p.resetAt {
+		p.resets++
+	} else {
+		p.resetAt, p.resets = at, 1
+	}
+	// A gap at the same place again: acceptGap found its events in the
+	// stream, so something takes their deliveries (a server that goes
+	// down with them, a reader of the consumer's name). Wait longer each
+	// time.
+	if p.resets > 1 && !p.pause(int(p.resets)) {
+		return
+	}
+	p.subMu.Lock()
+	defer p.subMu.Unlock()
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(p.quit, 10*time.Second)
 		// A reset keeps the deliveries awaiting their acks (the missing
@@ -397,18 +436,24 @@ func (p *Projector) resetAfterGap() {
 
 // acceptGap reports whether the projector may go on past a gap in the
 // stream sequences it was delivered (from the event after last to seq):
-// yes when those events are gone from the stream (its first sequence is
-// past them, or a reset to the gap delivered it again), no when they may
-// still come.
+// yes when the stream's leader says those events are gone from the stream
+// (removed, or never there), no when it has one of them or cannot be
+// asked. Only the leader is asked: a consumer, or a follower catching up
+// after a restart, can miss events that the stream has, and an event
+// skipped here would never be applied.
 func (p *Projector) acceptGap(last, seq uint64) bool {
-	if p.resetAt == last+1 {
-		p.logger.Warn("events missing from the stream are skipped", "from", last+1, "to", seq-1)
-		return true
-	}
 	ctx, cancel := context.WithTimeout(p.quit, 5*time.Second)
 	defer cancel()
-	s, err := p.js.Stream(ctx, p.cfg.Stream)
-	return err == nil && seq <= s.CachedInfo().State.FirstSeq
+	next, found, err := firstFrom(ctx, p.js, p.cfg.Stream, last+1)
+	switch {
+	case err != nil:
+		p.logger.Warn("a gap in the events delivered; the stream's leader could not say whether it has them, so the consumer is reset", "from", last+1, "to", seq-1, "err", err)
+		return false
+	case found && next < seq:
+		return false // they are there: a reset delivers them
+	}
+	p.logger.Warn("events missing from the stream are skipped", "from", last+1, "to", seq-1)
+	return true
 }
 
 // apply takes one round of events into the buckets: it groups them by

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,6 +303,113 @@ func TestDeliveryGapIsReset(t *testing.T) {
 	t.Logf("%d deliveries taken from the projector's consumer", stolen)
 	checkClean(t, js, 1)
 	verify(t, js, log)
+}
+
+// TestRepeatedGapIsNotSkipped: deliveries taken from the projector's
+// consumer again and again, by a reader that keeps a pull request waiting
+// on its name across the projector's resets, make gaps at the same place
+// more than once. Those events are in the stream: the projector must wait
+// for them, never skip them (it used to take a second gap at the same
+// place for events gone from the stream, and the session's record showed
+// seq_gap from there on, as in CI's fault loop).
+func TestRepeatedGapIsNotSkipped(t *testing.T) {
+	js, log := streamSetup(t)
+	p := start(t, js, projector.Config{Name: "gaps", Batch: 4})
+	w := newWriter(t, log, "t", "s1").op("create", true)
+	caughtUp(t, p)
+	ctx := testenv.Context(t, 2*time.Minute)
+	thief, err := js.Consumer(ctx, events.DefaultStream, "gaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The thief pulls without pause (never acknowledging) until it has
+	// taken deliveries in enough rounds.
+	var stolen, rounds atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // stopped by stop, waited for below
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if batch, err := thief.Fetch(2, jetstream.FetchMaxWait(200*time.Millisecond)); err == nil {
+				n := 0
+				for range batch.Messages() {
+					n++
+				}
+				if n > 0 {
+					stolen.Add(int64(n))
+					rounds.Add(1)
+				}
+			}
+		}
+	}()
+	for i := 0; rounds.Load() < 4 && i < 400; i++ {
+		w.op("exec", true)
+	}
+	close(stop)
+	<-done
+	if rounds.Load() < 2 {
+		t.Fatalf("deliveries taken in %d rounds: the test proves nothing", rounds.Load())
+	}
+	w.op("exec", true)
+	testenv.Eventually(t, time.Minute, func() error {
+		r := records(t, js)["t.s1"]
+		if r.LastSeq != w.seq || r.Applied != r.LastSeq || r.ProblemCount != 0 {
+			return fmt.Errorf("record at seq %d of %d, %d applied, %d problems", r.LastSeq, w.seq, r.Applied, r.ProblemCount)
+		}
+		return nil
+	})
+	t.Logf("%d deliveries taken from the projector's consumer in %d rounds", stolen.Load(), rounds.Load())
+	checkClean(t, js, 1)
+	verify(t, js, log)
+}
+
+// TestGoneEventsAreSkipped: events removed from the stream while no
+// projector ran (dropped by its limits, --events-drop-oldest) leave a gap
+// in the deliveries that the stream's leader confirms, and the projector
+// goes on past it.
+func TestGoneEventsAreSkipped(t *testing.T) {
+	js, log := streamSetup(t)
+	p := start(t, js, projector.Config{Name: "gone"})
+	newWriter(t, log, "t", "s1").op("create", true)
+	caughtUp(t, p)
+	closeP(t, p)
+	ctx := testenv.Context(t, time.Minute)
+	s, err := js.Stream(ctx, events.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastSeq := func() uint64 {
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	newWriter(t, log, "t", "s2").op("create", true).op("exec", true)
+	w3 := newWriter(t, log, "t", "s3").op("create", true).op("exec", true)
+	// The stream keeps s3's four events only.
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgs, cfg.Discard = 4, jetstream.DiscardOld
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	p = start(t, js, projector.Config{Name: "gone"})
+	caughtUp(t, p)
+	recs := records(t, js)
+	if r, ok := recs["t.s3"]; !ok || r.LastSeq != w3.seq || r.ProblemCount != 0 {
+		t.Fatalf("s3's record %+v (present %v), want seq %d and no problems", r, ok, w3.seq)
+	}
+	if _, ok := recs["t.s2"]; ok {
+		t.Fatalf("s2, whose events were deleted, has a record: %+v", recs["t.s2"])
+	}
+	if st := p.Stats(); st.Position != lastSeq() {
+		t.Fatalf("projector at %d, want the stream's end %d", st.Position, lastSeq())
+	}
 }
 
 // TestResumeFromAnotherProjector: a projector with Resume starts after the

@@ -294,7 +294,7 @@ func (fx *faultEnv) check(t *testing.T, trail *commandTrail) {
 	var wrong []string
 	for id, session := range acked {
 		if s, f := trail.starts[id], trail.finishes[id]; s != 1 || f != 1 {
-			wrong = append(wrong, fmt.Sprintf("%s (session %s): %d starts, %d finishes", id, session, s, f))
+			wrong = append(wrong, fmt.Sprintf("%s (session %s): %d starts, %d finishes, read at %s; read again: %s", id, session, s, f, trail.at[id], trail.reread(ctx, id)))
 		}
 	}
 	if len(wrong) > 0 {
@@ -303,7 +303,7 @@ func (fx *faultEnv) check(t *testing.T, trail *commandTrail) {
 	}
 	code, out, errs := fx.fleet.CLI(t, 3*time.Minute, "audit", "verify", "--auth-dir", fx.fleet.AuthDir)
 	if code != 0 || !strings.Contains(out, " 0 failures") {
-		t.Errorf("engine audit verify: exit %d\n%s%s", code, lastLines(out, 40), errs)
+		t.Errorf("engine audit verify: exit %d\n%s%s", code, firstAndLastLines(out, 20, 40), errs)
 	} else if m := auditOpenRE.FindStringSubmatch(out); m != nil && m[1] != "0" {
 		t.Logf("audit verify: %s open operations (commands that were never acknowledged):\n%s", m[1], lastLines(out, 10))
 	}
@@ -326,6 +326,15 @@ func (fx *faultEnv) check(t *testing.T, trail *commandTrail) {
 }
 
 var auditOpenRE = regexp.MustCompile(`(\d+) open operations`)
+
+// firstAndLastLines is s's first and last lines, n and m of them.
+func firstAndLastLines(s string, n, m int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) <= n+m {
+		return s
+	}
+	return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n[%d lines]\n", len(lines)-n-m) + strings.Join(lines[len(lines)-m:], "\n") + "\n"
+}
 
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
@@ -351,15 +360,37 @@ type commandTrail struct {
 	parts            []*events.Log
 	next             []uint64 // per partition
 	starts, finishes map[string]int
+	// at lists the stream positions each command's events were read at.
+	at map[string][]string
 }
 
 // newCommandTrail returns a trail of log's partitions (log resolved).
 func newCommandTrail(log *events.Log) *commandTrail {
-	tr := &commandTrail{next: make([]uint64, log.Partitions()), starts: map[string]int{}, finishes: map[string]int{}}
+	tr := &commandTrail{next: make([]uint64, log.Partitions()), starts: map[string]int{}, finishes: map[string]int{}, at: map[string][]string{}}
 	for k := range log.Partitions() {
 		tr.parts = append(tr.parts, log.Partition(k))
 	}
 	return tr
+}
+
+// reread reads every partition again from its start and says where the
+// events of command id are: whether a read from scratch shows what the
+// incremental one did.
+func (tr *commandTrail) reread(ctx context.Context, id string) string {
+	var at []string
+	for _, part := range tr.parts {
+		err := part.Read(ctx, events.ReadOptions{}, func(m events.Msg) error {
+			ev, err := m.Decode()
+			if err == nil && ev.CommandID == id {
+				at = append(at, fmt.Sprintf("%s %d: seq %d %s %s", m.Stream, m.StreamSeq, ev.Seq, ev.Phase, ev.EventID))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Sprintf("%v (read: %v)", at, err)
+		}
+	}
+	return fmt.Sprint(at)
 }
 
 func (tr *commandTrail) catchUp(ctx context.Context) error {
@@ -381,6 +412,7 @@ func (tr *commandTrail) catchUpPartition(ctx context.Context, k int) error {
 		if ev.CommandID == "" {
 			return nil
 		}
+		tr.at[ev.CommandID] = append(tr.at[ev.CommandID], fmt.Sprintf("%s %d: seq %d %s %s", m.Stream, m.StreamSeq, ev.Seq, ev.Phase, ev.EventID))
 		switch ev.Phase {
 		case events.PhaseStart:
 			tr.starts[ev.CommandID]++
