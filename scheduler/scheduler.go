@@ -156,6 +156,10 @@ type Scheduler struct {
 		sweeps           atomic.Int64 // lost-session sweeps done
 	}
 
+	// claimMu makes a placement's choice of node and its count on it one
+	// step (claim); taken before mu.
+	claimMu sync.Mutex
+
 	mu       sync.Mutex          // guards the fields below
 	sessions *projector.Sessions // the sessions projection, once opened
 	nodes    map[string]nodeRecord
@@ -427,15 +431,30 @@ func (s *Scheduler) pick(w want, tried map[string]bool) (events.NodeInfo, bool) 
 	return best, found
 }
 
-// await waits up to the configured bound for a suitable node.
-func (s *Scheduler) await(ctx context.Context, w want, tried map[string]bool) (events.NodeInfo, bool) {
+// claim picks a node for w (as pick does) and counts a placement of
+// tenant on it, in one step: placements decided at the same moment see
+// each other's counts, and spread over the nodes instead of all taking
+// the one that was least loaded before them.
+func (s *Scheduler) claim(w want, tried map[string]bool, tenant string) (events.NodeInfo, bool) {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	n, ok := s.pick(w, tried)
+	if ok {
+		s.countSession(n.Node, tenant, 1)
+	}
+	return n, ok
+}
+
+// await waits up to the configured bound for a suitable node, and claims
+// it for a placement of tenant (see claim).
+func (s *Scheduler) await(ctx context.Context, w want, tried map[string]bool, tenant string) (events.NodeInfo, bool) {
 	deadline := time.NewTimer(s.cfg.WaitForNode)
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
 		changed := s.changed
 		s.mu.Unlock()
-		if n, ok := s.pick(w, tried); ok {
+		if n, ok := s.claim(w, tried, tenant); ok {
 			return n, true
 		}
 		select {
@@ -545,7 +564,7 @@ func (s *Scheduler) placeOnNode(ctx context.Context, w want, op, tenant string, 
 	tried := map[string]bool{}
 	var full []byte // the last no_capacity reply of a node
 	for attempt := 0; attempt < 3; attempt++ {
-		n, ok := s.await(ctx, w, tried)
+		n, ok := s.await(ctx, w, tried, tenant)
 		if !ok && full != nil {
 			return full // the nodes tried were full, or the tenant at its share of them
 		}
@@ -553,10 +572,9 @@ func (s *Scheduler) placeOnNode(ctx context.Context, w want, op, tenant string, 
 			return commands.ErrorReply(errcode.New(errcode.NoCapacity, "no node is up, not cordoned, with %s and room for a session", w))
 		}
 		tried[n.Node] = true
-		// Counted before the forward, taken back unless the node took
-		// the session: placements in flight at once then spread over the
-		// nodes instead of all going to the one least loaded before them.
-		s.countSession(n.Node, tenant, 1)
+		// Counted when claimed, before the forward, and taken back unless
+		// the node took the session: placements in flight at once then
+		// spread over the nodes.
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.ForwardTimeout)
 		reply, err := client.Requester{Conn: s.nc}.Send(fctx, s.subj.Node(n.Node, op), tracing.Inject(fctx, nil), body)
 		cancel()
