@@ -184,9 +184,19 @@ func (c *Chain) Append(ctx context.Context, ev *Event) error {
 		// but is not signed with its key, was forged by someone with
 		// stream rights: chain past it, so that it cannot stall the
 		// session, and leave it to audit verify, which names it.
-		tail, terr := c.log.Last(ctx, c.tenant, c.session)
-		if terr != nil || tail.Event == nil || tail.StreamSeq == c.at.StreamSeq {
+		// Read from the leader: it refused the append, and a follower
+		// a few events behind (Last may be answered by one) would show
+		// this writer's own last events as not there.
+		tail, terr := c.log.LastFromLeader(ctx, c.tenant, c.session)
+		if terr != nil || tail.Event == nil {
 			break
+		}
+		if tail.StreamSeq == c.at.StreamSeq {
+			// The end is where the chain stands after all: what was
+			// refused was in flight (another writer's append, not yet
+			// stored) or the refusing leader's, since replaced. Send it
+			// again: a second refusal finds what is there then.
+			continue
 		}
 		own := tail.Signed && tail.Signer == c.log.SigningKey() && tail.Event.Node == c.writer
 		if own && tail.Event.EventID == ev.EventID {

@@ -96,6 +96,19 @@ func TestStreamSurvivesServerLoss(t *testing.T) {
 			t.Fatalf("event %d has seq %d", i, ev.Seq)
 		}
 	}
+	// The tail as the leader has it, read as an append refused for its
+	// expected last sequence reads it: the last append's, read after read
+	// (a direct get may be answered by the replica that just restarted).
+	testenv.Eventually(t, 30*time.Second, func() error {
+		_, err := log.LastFromLeader(ctx, "t", session)
+		return err
+	})
+	for range 20 {
+		lt, err := log.LastFromLeader(ctx, "t", session)
+		if err != nil || lt.Event == nil || lt.StreamSeq != last || lt.Event.Seq != 6 {
+			t.Fatalf("tail from the leader: %+v, %v; want seq 6 at stream seq %d", lt, err, last)
+		}
+	}
 }
 
 // TestSpreadLeaders: four partitions at three replicas whose leaders are

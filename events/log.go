@@ -191,13 +191,26 @@ func (l *Log) Last(ctx context.Context, tenant, session string) (Tail, error) {
 	if err != nil {
 		return Tail{}, errcode.Wrap(errcode.Unavailable, err, "last event")
 	}
-	ev, err := Parse(msg.Data)
+	return tailOf(&StoredMsg{Subject: msg.Subject, Seq: msg.Sequence, Data: msg.Data}, msg.Header)
+}
+
+// LastFromLeader is Last as the leader of the session's stream has it (see
+// LeaderGet): what the next append's expected last sequence is checked
+// against. Last may be answered by a follower a few events behind; an
+// append refused for its expected last sequence reads the tail so.
+func (l *Log) LastFromLeader(ctx context.Context, tenant, session string) (Tail, error) {
+	l, err := l.resolved(ctx)
 	if err != nil {
-		return Tail{}, fmt.Errorf("decode event at stream seq %d: %w", msg.Sequence, err)
+		return Tail{}, err
 	}
-	signer := msg.Header.Get(SignerHeader)
-	signed := VerifySignature(signer, msg.Header.Get(SigHeader), msg.Data) == nil
-	return Tail{Event: &ev, StreamSeq: msg.Sequence, Hash: Hash(msg.Data), Signed: signed, Signer: signer}, nil
+	m, err := LeaderGet(ctx, l.js, l.streamOf(tenant, session), map[string]any{"last_by_subj": l.subjects.SessionFilter(tenant, session)})
+	if err != nil {
+		return Tail{}, errcode.Wrap(errcode.Unavailable, err, "last event, from the stream's leader")
+	}
+	if m == nil {
+		return Tail{}, nil
+	}
+	return tailOf(m, nil)
 }
 
 // Msg is an event as read from the stream.

@@ -180,6 +180,9 @@ func TestFourPartitions(t *testing.T) {
 	if err != nil || tail.StreamSeq != last[k] || tail.Event.Seq != per {
 		t.Fatalf("last: %+v, %v; want seq %d at %d", tail, err, per, last[k])
 	}
+	if lt, err := log.LastFromLeader(ctx, k.tenant, k.session); err != nil || lt.StreamSeq != last[k] || lt.Event.Seq != per {
+		t.Fatalf("last from the leader: %+v, %v; want seq %d at %d (the session's partition)", lt, err, per, last[k])
+	}
 	evs, err := log.Session(ctx, k.tenant, k.session)
 	if err != nil || len(evs) != per {
 		t.Fatalf("session: %d events, %v; want %d", len(evs), err, per)

@@ -50,6 +50,15 @@ func TestSignedAppend(t *testing.T) {
 	if err != nil || !tail.Signed || tail.Signer != pub {
 		t.Fatalf("tail %+v, %v: want signed by %s", tail, err, pub)
 	}
+	// The leader's read of the tail (the JetStream API's message get, its
+	// headers decoded from the raw block) says the same.
+	lt, err := log.LastFromLeader(ctx, "t", "s")
+	if err != nil || !lt.Signed || lt.Signer != pub || lt.StreamSeq != tail.StreamSeq || lt.Hash != tail.Hash || lt.Event.EventID != ev.EventID {
+		t.Fatalf("tail from the leader %+v, %v: want %+v", lt, err, tail)
+	}
+	if none, err := log.LastFromLeader(ctx, "t", "nobody"); err != nil || none.Event != nil {
+		t.Fatalf("tail of a session with no events, from the leader: %+v, %v; want none", none, err)
+	}
 	other, _ := nkeys.CreateUser()
 	otherPub, _ := other.PublicKey()
 	for name, m := range map[string]events.Msg{

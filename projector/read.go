@@ -63,7 +63,7 @@ func (b Buckets) ReadLeader(ctx context.Context, kv jetstream.KeyValue, key stri
 		return nil, false, errors.New("projector: buckets without a JetStream context")
 	}
 	bucket := kv.Bucket()
-	m, err := leaderGet(ctx, b.js, "KV_"+bucket, map[string]any{"last_by_subj": "$KV." + bucket + "." + key})
+	m, err := events.LeaderGet(ctx, b.js, "KV_"+bucket, map[string]any{"last_by_subj": "$KV." + bucket + "." + key})
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s from the leader of bucket %s: %w", key, bucket, err)
 	}
@@ -74,68 +74,11 @@ func (b Buckets) ReadLeader(ctx context.Context, kv jetstream.KeyValue, key stri
 	return m.Data, true, nil
 }
 
-// storedMsg is a message as the JetStream API's message get returns it.
-type storedMsg struct {
-	Seq    uint64 `json:"seq"`
-	Header []byte `json:"hdrs"`
-	Data   []byte `json:"data"`
-}
-
-// leaderGet sends the JetStream API's message get req to stream and
-// returns the message, nil when there is none. The API's get is answered
-// by the stream's leader; a direct get (what jetstream.Stream.GetMsg sends
-// on a stream that allows it) may be answered by a follower that is still
-// catching up after a restart.
-func leaderGet(ctx context.Context, js jetstream.JetStream, stream string, req map[string]any) (*storedMsg, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	prefix := js.Options().APIPrefix // set only by jetstream.NewWithAPIPrefix
-	if prefix == "" {
-		prefix = jetstream.DefaultAPIPrefix
-	} else if !strings.HasSuffix(prefix, ".") {
-		prefix += "."
-	}
-	// No leader (one is being elected) means no answer: each get is
-	// bounded, as the JetStream client bounds its API calls.
-	timeout := js.Options().DefaultTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg, err := js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET."+stream, body)
-	if err != nil {
-		return nil, err
-	}
-	var rep struct {
-		Message *storedMsg `json:"message"`
-		Error   *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &rep); err != nil {
-		return nil, err
-	}
-	switch {
-	case rep.Error != nil && rep.Error.ErrCode == 10037: // no message found
-		return nil, nil
-	case rep.Error != nil:
-		return nil, fmt.Errorf("%s (%d)", rep.Error.Description, rep.Error.ErrCode)
-	case rep.Message == nil:
-		return nil, errors.New("an answer without a message")
-	}
-	return rep.Message, nil
-}
-
 // firstFrom returns the stream sequence of stream's first message at or
 // after seq, as the stream's leader has it; found is false when there is
 // none.
 func firstFrom(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (next uint64, found bool, err error) {
-	m, err := leaderGet(ctx, js, stream, map[string]any{"seq": seq, "next_by_subj": ">"})
+	m, err := events.LeaderGet(ctx, js, stream, map[string]any{"seq": seq, "next_by_subj": ">"})
 	if err != nil || m == nil {
 		return 0, false, err
 	}
