@@ -99,7 +99,7 @@ func startEngine(t *testing.T, url, name string) *engine {
 func TestEnginesOnCluster(t *testing.T) {
 	c := testenv.StartCluster(t, 3, broker.Config{})
 	url := c.URL()
-	ctx := testenv.Context(t, 2*time.Minute)
+	ctx := testenv.Context(t, 4*time.Minute)
 	setup := testenv.JetStream(t, testenv.Connect(t, url))
 	// A cluster whose meta leader is elected may not know every peer yet:
 	// an R3 stream is placed once it does.
@@ -202,19 +202,26 @@ func TestEnginesOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := projector.ReadAll[projection.SessionRecord](ctx, kv, ">")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A read of a cluster that is still settling can stall (the watch or
+	// the ordered consumer is placed on a replica catching up): it is
+	// retryable, and read again.
+	var recs map[string]projection.SessionRecord
+	testenv.Eventually(t, time.Minute, func() error {
+		var err error
+		recs, err = projector.ReadAll[projection.SessionRecord](ctx, kv, ">")
+		return err
+	})
 	if len(recs) != 9 {
 		t.Fatalf("%d session records, want 9", len(recs))
 	}
 	log := events.NewLog(setup, "", "")
 	for key, r := range recs {
-		evs, err := log.Session(ctx, r.Tenant, r.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var evs []events.Event
+		testenv.Eventually(t, time.Minute, func() error {
+			var err error
+			evs, err = log.Session(ctx, r.Tenant, r.ID)
+			return err
+		})
 		want, _ := projection.Fold(evs)
 		if r.LastSeq != want.LastSeq || r.Status != want.Status || r.ProblemCount != 0 {
 			t.Fatalf("record %s: seq %d %s (%d problems); the fold says seq %d %s", key, r.LastSeq, r.Status, r.ProblemCount, want.LastSeq, want.Status)

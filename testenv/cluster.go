@@ -204,8 +204,10 @@ func GatherLeaders(ctx context.Context, js jetstream.JetStream, log *events.Log,
 // for a moment) and returns its log.
 func PartitionedLog(t testing.TB, js jetstream.JetStream, n int) *events.Log {
 	t.Helper()
-	ctx := Context(t, 2*time.Minute)
-	Eventually(t, time.Minute, func() error {
+	ctx := Context(t, 4*time.Minute)
+	// A cluster just formed on a loaded machine can take minutes to place
+	// n R3 streams (CI: over a minute for the third of three).
+	Eventually(t, 3*time.Minute, func() error {
 		_, err := events.EnsureStream(ctx, js, events.StreamConfig{Replicas: 3, Partitions: n})
 		return err
 	})
