@@ -81,12 +81,13 @@ func (s *Scheduler) watchLoss() {
 		}
 		for _, n := range silent {
 			err := s.declareLost(s.ctx, n)
-			if err != nil && !errors.Is(err, errTakingOver) {
+			if err != nil && !errors.Is(err, errTakingOver) && !errors.Is(err, errProjectionLagged) {
 				s.logger.Warn("cannot declare node lost; will try again", "node", n.id, "err", err)
 				continue
 			}
 			// Recorded; lost once no session is left to a node taking
-			// it over (those are looked at again next round).
+			// it over and the projection named them all (else they are
+			// looked at again next round).
 			s.mu.Lock()
 			if r, ok := s.nodes[n.id]; ok && r.lastSeen.Equal(n.lastSeen) {
 				r.recorded, r.lost = true, err == nil
@@ -157,13 +158,21 @@ func (s *Scheduler) loadKnownNodes(ctx context.Context) {
 // finishes it, and the session is looked at again on the next round.
 var errTakingOver = errors.New("another node is taking the session over")
 
+// errProjectionLagged is a loss declared while the sessions projection
+// lagged: it may not have named every session of the node yet, so the
+// node's sessions are looked at again on the next round.
+var errProjectionLagged = errors.New("the sessions projection lagged: the node's sessions are looked at again")
+
 // declareLost records that n is lost (heard last at n.lastSeen), unless
 // an earlier round did, and closes the histories of its sessions. It
-// returns errTakingOver when it left a session to a node taking it over.
+// returns errTakingOver when it left a session to a node taking it over,
+// and errProjectionLagged when the projection may not have named them
+// all.
 func (s *Scheduler) declareLost(ctx context.Context, n silentNode) error {
 	node, lastSeen := n.id, n.lastSeen
-	if err := s.waitProjection(ctx); err != nil {
-		s.logger.Warn("the sessions projection lags; declaring the node lost from what it holds", "node", node, "err", err)
+	lagged := s.waitProjection(ctx)
+	if lagged != nil {
+		s.logger.Warn("the sessions projection lags; declaring the node lost from what it holds, and looking again next round", "node", node, "err", lagged)
 	}
 	sessions, err := s.sessionsOn(ctx, node)
 	if err != nil {
@@ -196,6 +205,9 @@ func (s *Scheduler) declareLost(ctx context.Context, n silentNode) error {
 		if marked && s.cfg.AutoResume {
 			s.autoResume(k.tenant, k.id, res)
 		}
+	}
+	if left == nil && lagged != nil {
+		left = errProjectionLagged
 	}
 	return left
 }
