@@ -656,3 +656,41 @@ func appendAs(t *testing.T, st *testenv.Stack, id, node, op string, phase events
 		t.Fatalf("append %s %s as %s: %v", op, phase, node, err)
 	}
 }
+
+// TestLossWhileProjectionLags: a node lost while no projector runs (the
+// sessions projection cannot name its sessions) is looked at again, and
+// once a projector has caught up its session gets its node_lost. (A loss
+// declared from a lagging projection used to be final: the session stayed
+// running for good, as in CI's TestSites.)
+func TestLossWhileProjectionLags(t *testing.T) {
+	st := testenv.StartStack(t, testenv.StackOptions{NoNode: true, Scheduler: lossConfig})
+	ctx := testenv.Context(t, 2*time.Minute)
+	silentAgent(t, st, "node-a")
+	waitForNodes(t, st.Scheduler, "node-a")
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// node-b heartbeats, node-a is silent: the engine declares node-a lost
+	// with no projector running, so from a projection that names nothing.
+	testenv.StartAgent(t, st.Broker.ClientURL(), nodes.Config{ID: "node-b", HeartbeatInterval: 200 * time.Millisecond})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		stream, err := st.JS.Stream(ctx, events.DefaultStream)
+		if err != nil {
+			return err
+		}
+		_, err = stream.GetLastMsgForSubject(ctx, st.Log.Subjects().Node("node-a", projection.KindLost))
+		return err
+	})
+	if n := countOp(sessionEvents(t, st, s.SessionID), "node_lost"); n != 0 {
+		t.Fatalf("the session has %d node_lost events with no projector running; the test proves nothing", n)
+	}
+	testenv.StartProjector(t, st.JS)
+	testenv.Eventually(t, time.Minute, func() error {
+		evs := sessionEvents(t, st, s.SessionID)
+		if n := countOp(evs, "node_lost"); n != 2 {
+			return fmt.Errorf("%d node_lost events, want a start and a finish:\n%s", n, describe(evs))
+		}
+		return nil
+	})
+}
