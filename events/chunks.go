@@ -22,4 +22,8 @@ type ChunkCounts struct {
 	Fetched      int   `json:"fetched,omitempty"`
 	FetchedBytes int64 `json:"fetched_bytes,omitempty"`
 	Cached       int   `json:"cached,omitempty"`
+	// Kept says that a restore mounted a tree this node kept from an
+	// earlier restore of the snapshot, as an overlay's lower layer, and
+	// wrote no file (Cached and Fetched are then 0).
+	Kept bool `json:"kept,omitempty"`
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/trees"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/snapshot"
 	"github.com/paddock-dev/paddock/tracing"
@@ -50,6 +51,11 @@ type Agent struct {
 	// chunks is the node's local cache of snapshot chunks (nil: none);
 	// set once in New.
 	chunks *snapshot.Cache
+	// trees keeps restored workspace trees for overlay restores (nil:
+	// none); overlayOff is set once an overlay could not be mounted here.
+	trees      *trees.Cache
+	overlayOff atomic.Bool
+	keptOff    atomic.Bool // SetKeptTrees, for tests
 	// flights shares the fetches of chunks that concurrent restores want
 	// (a fork's children).
 	flights chunkFlights
@@ -121,6 +127,11 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 	if cfg.ChunkCacheDir != "" && cfg.ChunkCacheBytes > 0 {
 		if a.chunks, err = snapshot.OpenCache(cfg.ChunkCacheDir, cfg.ChunkCacheBytes); err != nil {
 			return nil, fmt.Errorf("nodes: chunk cache: %w", err)
+		}
+	}
+	if cfg.TreeCacheDir != "" && cfg.TreeCacheBytes > 0 {
+		if a.trees, err = trees.Open(cfg.TreeCacheDir, cfg.TreeCacheBytes, a.overlayLowers); err != nil {
+			return nil, fmt.Errorf("nodes: tree cache: %w", err)
 		}
 	}
 	a.handle = a.newPipeline()

@@ -137,6 +137,16 @@ type Config struct {
 	// ChunkCacheBytes bounds the chunk cache (default 2 GiB; negative: no
 	// cache); past it the least recently used chunks go.
 	ChunkCacheBytes int64
+	// TreeCacheDir keeps, per tenant and snapshot, the workspace trees
+	// that restores wrote, so that a restore of the same snapshot on this
+	// node again mounts one as an overlay's lower layer instead of writing
+	// its files (package trees; empty: no kept trees). It needs the right
+	// to mount overlays (root); without it restores write files.
+	TreeCacheDir string
+	// TreeCacheBytes bounds the kept trees' file bytes (default 4 GiB;
+	// negative: none kept); past it the least recently used trees that no
+	// overlay uses go.
+	TreeCacheBytes int64
 	// Metrics records the node's operations, event appends, sessions and
 	// processes, and its object store bytes (nil: none).
 	Metrics *metrics.Metrics
@@ -185,6 +195,9 @@ const (
 
 // DefaultChunkCacheBytes is Config.ChunkCacheBytes's default: 2 GiB.
 const DefaultChunkCacheBytes = 2 << 30
+
+// DefaultTreeCacheBytes is Config.TreeCacheBytes's default: 4 GiB.
+const DefaultTreeCacheBytes = 4 << 30
 
 // Validate checks the config.
 func (c Config) Validate() error {
@@ -288,6 +301,9 @@ func (c Config) withDefaults() Config {
 		if c.CompressSnapshots {
 			c.Snapshots = SnapshotsTar
 		}
+	}
+	if c.TreeCacheBytes == 0 {
+		c.TreeCacheBytes = DefaultTreeCacheBytes
 	}
 	if c.ChunkCacheBytes == 0 {
 		c.ChunkCacheBytes = DefaultChunkCacheBytes

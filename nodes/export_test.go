@@ -51,3 +51,7 @@ func ScanCounts(a *Agent, tenant, id string) (full, incremental int) {
 // from now on: benchmarks compare both on one workspace. Call it between
 // operations, never during one.
 func SetDirtyTracking(a *Agent, on bool) { a.cfg.DirtyTracking = &on }
+
+// SetKeptTrees turns restores from kept trees on or off (on: when the
+// node has a tree cache and overlays can be mounted).
+func SetKeptTrees(a *Agent, on bool) { a.keptOff.Store(!on) }

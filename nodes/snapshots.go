@@ -448,6 +448,13 @@ func (a *Agent) manifestLimits() snapshot.Limits {
 // cached), verified either way.
 func (a *Agent) restoreManifest(ctx context.Context, s *session, sb runtime.Sandbox, store *objectstore.Store, m *snapshot.Manifest) (archive.Stats, events.ChunkCounts, error) {
 	get, counts := a.chunkSource(s, store, m)
+	if !a.tarRestore.Load() {
+		if st, kept, done, err := a.restoreKept(ctx, s, sb, m, get); done {
+			c := counts()
+			c.Kept = kept
+			return st, c, err
+		}
+	}
 	if hs, ok := sb.(runtime.HostStager); ok && !a.tarRestore.Load() {
 		stg, ok, err := hs.StageHost(ctx)
 		if err != nil {

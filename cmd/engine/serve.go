@@ -353,6 +353,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			agent, err := nodes.New(c.node, events.NewLog(njs, "", ""), nodes.Config{
 				ID: cfg.nodeID, Capture: nodes.Capture{Limit: cfg.capture}, CompressSnapshots: cfg.zstdSnaps,
 				Snapshots: cfg.snapshotFormat, ChunkCacheDir: filepath.Join(cfg.stateDir, "chunks"), ChunkCacheBytes: cfg.chunkCache(),
+				TreeCacheDir:     filepath.Join(cfg.stateDir, "trees"),
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				Signer: c.nodeSigner, Metrics: cfg.metrics, TracerProvider: tp, Disks: disks,
 				Egress: nodes.EgressConfig{ClusterPorts: append(c.serverPorts, cfg.clusterPorts...)},

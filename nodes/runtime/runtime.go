@@ -106,6 +106,31 @@ type HostStage struct {
 	Abort    func()
 }
 
+// OverlayStager is a sandbox whose workspace can be replaced by an
+// overlay of a read-only tree the node keeps (a snapshot restored before)
+// over an empty upper directory on the sandbox's own disk, so that a
+// restore of that snapshot writes no file (package overlay): the local
+// runtime when it may mount; a Docker sandbox on a mounted loopfs disk
+// whose workspace mount receives the host's mounts. ok is false (and the
+// caller restores another way) when the sandbox cannot.
+type OverlayStager interface {
+	StageOverlay(ctx context.Context) (stage OverlayStage, ok bool, err error)
+}
+
+// OverlayStage is an overlay about to replace a workspace. The tree
+// mounted must belong to UID and GID when Chown is set (as a restore's
+// files would). Mount replaces the workspace's contents with the overlay
+// of lower, all or nothing (an error leaves the workspace as it was and
+// one wrapping overlay.ErrUnsupported says that no overlay can be
+// mounted here); Abort gives the stage up. Either may be called once,
+// and only one of them.
+type OverlayStage struct {
+	Chown    bool
+	UID, GID int
+	Mount    func(lower string) error
+	Abort    func()
+}
+
 // Sandbox is one running (or stopped) sandbox. Its methods are safe for
 // concurrent use. Every path argument is a workspace path: relative to the
 // workspace root, or absolute under it (see Rel).

@@ -23,6 +23,7 @@ import (
 
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/overlay"
 )
 
 // A sandbox's disk: everything it can write is bounded by one budget,
@@ -75,6 +76,9 @@ type disk struct {
 	mechanism string
 	// dir holds a loopfs's image and mount point (empty otherwise).
 	dir string
+	// overlay: the container's workspace mount receives the node's mounts
+	// (LabelOverlay), so a restore may mount an overlay there.
+	overlay bool
 }
 
 func (d disk) label() string { return d.mechanism + ":" + strconv.FormatInt(d.bytes, 10) }
@@ -297,6 +301,15 @@ func (r *Runtime) applyDisk(ctx context.Context, d *disk, name string, opts *cre
 		targets[target] = true
 		opts.host.Mounts = append(opts.host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(d.mnt(), sub), Target: target})
 	}
+	if r.cfg.GVisor == "" {
+		// The workspace's mount receives the overlay a restore from a kept
+		// tree mounts on the node's side (overlay.go).
+		opts.config.Labels[LabelOverlay] = "rslave"
+		d.overlay = true
+		targets[opts.root] = true
+		opts.host.Mounts = append(opts.host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(d.mnt(), diskWorkspace), Target: opts.root,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}})
+	}
 	add(diskWorkspace, opts.root)
 	add(diskHolder, path.Join(path.Dir(opts.root), holderName))
 	add(diskTmp, "/tmp")
@@ -359,6 +372,11 @@ func mountLoopFS(ctx context.Context, d disk) error {
 	if err := runTool(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", d.img(), d.mnt()); err != nil {
 		return err
 	}
+	// Shared, so that an overlay mounted on the workspace's directory
+	// reaches the container's workspace mount (rslave).
+	if err := unix.Mount("", d.mnt(), "", unix.MS_SHARED, ""); err != nil {
+		return errcode.Wrap(errcode.RuntimeError, err, "disk: make the mount shared")
+	}
 	for sub, mode := range map[string]uint32{diskWorkspace: 0o755, diskHolder: 0o755, diskTmp: 0o1777, diskVarTmp: 0o1777} {
 		p := filepath.Join(d.mnt(), sub)
 		if err := os.Mkdir(p, 0o700); err != nil {
@@ -401,7 +419,10 @@ func ensureMounted(ctx context.Context, d disk) error {
 	if _, err := os.Stat(d.img()); err != nil {
 		return errcode.Wrap(errcode.InvalidState, err, "the sandbox's disk image is gone")
 	}
-	return mountLoopFS(ctx, d)
+	if err := mountLoopFS(ctx, d); err != nil {
+		return err
+	}
+	return remountOverlay(d)
 }
 
 // mounted reports whether d's mount point holds a file system other than
@@ -423,6 +444,10 @@ func releaseDisk(d disk) error {
 		return nil
 	}
 	if mounted(d) {
+		// An overlay on the workspace holds the disk (its upper is there).
+		if err := overlay.Unmount(filepath.Join(d.mnt(), diskWorkspace)); err != nil {
+			return err
+		}
 		// A container being made at this moment holds a copy of the node's
 		// mounts until its runtime detaches them (milliseconds): try a few
 		// times, then detach lazily (the loop device goes with the last

@@ -68,6 +68,7 @@ func (r *Runtime) FindSandboxes(ctx context.Context) ([]runtime.Found, error) {
 		}
 		name := strings.TrimPrefix(ins.Name, "/")
 		sb := &Sandbox{r: r, id: c.ID, name: name, root: root, user: user, disk: r.foundDisk(c.Labels[LabelDisk], name)}
+		sb.disk.overlay = sb.disk.dir != "" && c.Labels[LabelOverlay] == "rslave"
 		if claim != nil {
 			sb.env, sb.claimFile, sb.pooled = claim.Env, r.claimPath(c.ID), true
 			maps.Copy(env, claim.Env)

@@ -230,12 +230,21 @@ func (s *Sandbox) swapIn(ctx context.Context, name string) error {
 		// The workspace and the holder are two mounts of one disk inside
 		// the container (a rename between them would copy): the node
 		// renames on its own mount of the disk instead.
+		// An overlay (a restore from a kept tree) is unmounted first: the
+		// swap renames on the disk's own workspace directory.
+		restore, forget, err := s.dropOverlay()
+		if err != nil {
+			s.discard(ctx, name)
+			return err
+		}
 		if err := s.swapHost(ctx, name, oldPrefix+rand.Text(), ".paddock-old-"+rand.Text()); err != nil {
 			if !errors.Is(err, errHalfSwapped) {
 				s.discard(ctx, name)
+				restore()
 			}
 			return err
 		}
+		forget()
 		s.goBackground(func(ctx context.Context) { s.removeTrees(ctx, name, oldPrefix) })
 		return nil
 	}

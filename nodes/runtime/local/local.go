@@ -117,6 +117,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	}
 	err := os.Mkdir(sessionDir, 0o755)
 	if errors.Is(err, fs.ErrExist) {
+		if rerr := unmountLeftover(filepath.Join(sessionDir, "workspace")); rerr != nil {
+			return nil, rerr
+		}
 		if rerr := removeTree(sessionDir); rerr != nil {
 			return nil, errcode.Wrap(errcode.RuntimeError, rerr, "remove a leftover session directory")
 		}

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/changes"
+	"github.com/paddock-dev/paddock/nodes/runtime/overlay"
 )
 
 type state int
@@ -35,6 +37,9 @@ type Sandbox struct {
 	root  *os.Root   // nil after Shutdown
 	state state
 	procs map[*proc]struct{} // running commands
+	// overlay is the overlay mounted as the workspace (StageOverlay), or
+	// zero when the workspace is a plain directory.
+	overlay overlay.Record
 
 	watchMu sync.Mutex       // guards watch
 	watch   *changes.Watcher // the workspace's change watcher, started at the first exec that asks
@@ -98,6 +103,9 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	procs := s.killLocked()
 	root := s.root
 	s.root = nil
+	// Removing the directory through a mounted overlay would leave the
+	// overlay's mount point behind (its lower tree is never touched).
+	oerr := s.dropOverlayLocked()
 	s.mu.Unlock()
 
 	werr := waitProcs(ctx, procs)
@@ -108,7 +116,7 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 		return werr // Open's: the directory is not the sandbox's to remove
 	}
 	if err := removeTree(s.sessionDir); err != nil {
-		return errcode.Wrap(errcode.RuntimeError, err, "remove sandbox directory")
+		return errcode.Wrap(errcode.RuntimeError, errors.Join(err, oerr), "remove sandbox directory")
 	}
 	s.release()
 	return werr

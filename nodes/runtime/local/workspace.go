@@ -11,6 +11,7 @@ import (
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/overlay"
 )
 
 // ExportWorkspace writes the workspace directory as a tar of
@@ -95,14 +96,29 @@ func (s *Sandbox) stage() (runtime.HostStage, error) {
 			remove()
 			return errcode.New(errcode.InvalidState, "sandbox is shut down")
 		}
+		// An overlay (StageOverlay) is unmounted first: its mount point
+		// cannot be renamed.
+		prev := s.overlay
+		if err := s.dropOverlayLocked(); err != nil {
+			s.mu.Unlock()
+			remove()
+			return err
+		}
+		remount := func() {
+			if prev != (overlay.Record{}) && overlay.Mount(prev.Lower, prev.Upper, filepath.Join(filepath.Dir(prev.Upper), "work"), s.dir) == nil {
+				s.overlay = prev
+			}
+		}
 		old := filepath.Join(s.sessionDir, ".old-"+rand.Text())
 		if err := os.Rename(s.dir, old); err != nil {
+			remount()
 			s.mu.Unlock()
 			remove()
 			return errcode.Wrap(errcode.RuntimeError, err, "swap workspace")
 		}
 		if err := os.Rename(staging, s.dir); err != nil {
 			_ = os.Rename(old, s.dir) // put the old one back
+			remount()
 			s.mu.Unlock()
 			remove()
 			return errcode.Wrap(errcode.RuntimeError, err, "swap workspace")
@@ -122,6 +138,9 @@ func (s *Sandbox) stage() (runtime.HostStage, error) {
 		go func() {
 			defer s.cleanups.Done()
 			_ = removeTree(old) // makes 0555 directories writable if it must
+			if prev != (overlay.Record{}) {
+				_ = removeTree(filepath.Dir(prev.Upper))
+			}
 		}()
 		return nil
 	}

@@ -1,0 +1,145 @@
+package nodes_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/events"
+	"github.com/paddock-dev/paddock/nodes"
+	"github.com/paddock-dev/paddock/nodes/runtime/overlay"
+	"github.com/paddock-dev/paddock/testenv"
+)
+
+// requireMount skips a test that mounts overlays where this process may
+// not (not root).
+func requireMount(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("overlay mounts need root")
+	}
+}
+
+// lowersUnder returns the mounted overlays' lower trees under dir.
+func lowersUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	ls, err := overlay.Lowers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for l := range ls {
+		if strings.HasPrefix(l, dir+string(filepath.Separator)) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestRestoreFromKeptTree: on both runtimes, the first restore of a
+// snapshot on a node writes its files once, into a tree the node keeps;
+// the next restore of it mounts that tree as an overlay and writes
+// nothing (the finish says kept), with the workspace byte for byte the
+// snapshot's. The sandbox's writes, renames of the tree's directories and
+// removals never reach the kept tree (a hydrate of the snapshot later
+// gives it back whole); a persist of the overlay records what the
+// sandbox sees; a file-by-file restore replaces an overlay; a delete
+// leaves no overlay mounted.
+func TestRestoreFromKeptTree(t *testing.T) {
+	requireMount(t)
+	for _, k := range runtimeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			keep := t.TempDir()
+			st, image := snapStack(t, k, nodes.Config{TreeCacheDir: keep})
+			ctx := testenv.Context(t, 5*time.Minute)
+			s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image})
+			if err != nil {
+				t.Fatal(err)
+			}
+			shell(t, st, s.SessionID, mibFiles(3)+` && mkdir -p e/f && chmod 700 e && : > e/f/empty`)
+			want := tree(t, st, s.SessionID)
+			snapA, err := st.Client.Persist(ctx, s.SessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, wantKept := range []bool{false, true} {
+				if err := st.Client.Shutdown(ctx, s.SessionID); err != nil {
+					t.Fatal(err)
+				}
+				res, err := st.Client.Resume(ctx, s.SessionID, nil)
+				if err != nil || !res.Restored {
+					t.Fatalf("resume %d = %+v, %v", i, res, err)
+				}
+				d := lastFinishData[events.ResumeFinish](t, st, s.SessionID, commands.OpResume)
+				if d.Chunks == nil || d.Chunks.Kept != wantKept {
+					t.Fatalf("resume %d chunks = %+v; want kept %v", i, d.Chunks, wantKept)
+				}
+				if got := tree(t, st, s.SessionID); got != want {
+					t.Fatalf("workspace after resume %d: %s", i, testenv.FirstDiff(got, want))
+				}
+			}
+			if got := lowersUnder(t, keep); len(got) != 1 {
+				t.Fatalf("overlays on kept trees: %v; want 1", got)
+			}
+			// The sandbox changes what the tree holds: a write into a file
+			// of it, a rename of its directory, a removal, a new file.
+			shell(t, st, s.SessionID, `echo changed >> d/f0 && mv d d2 && rm note.txt && echo new > e/f/new && chmod 755 e`)
+			changed := tree(t, st, s.SessionID)
+			if changed == want || !strings.Contains(changed, "./d2/f0") || strings.Contains(changed, "./note.txt") {
+				t.Fatalf("workspace after the changes:\n%s", changed)
+			}
+			snapB, err := st.Client.Persist(ctx, s.SessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snapB.RootSHA256 == snapA.RootSHA256 {
+				t.Fatalf("persist after the changes recorded root %s again", snapA.RootSHA256)
+			}
+			// The kept tree is as it was: a hydrate of A mounts it again.
+			if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snapA.ID}); err != nil {
+				t.Fatal(err)
+			}
+			if h := lastFinishData[events.HydrateFinish](t, st, s.SessionID, commands.OpHydrate); h.Chunks == nil || !h.Chunks.Kept {
+				t.Fatalf("hydrate of A: chunks %+v; want kept", h.Chunks)
+			}
+			if got := tree(t, st, s.SessionID); got != want {
+				t.Fatalf("workspace after the hydrate of A: %s", testenv.FirstDiff(got, want))
+			}
+			// B, first restored here: written into a tree of its own.
+			if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snapB.ID}); err != nil {
+				t.Fatal(err)
+			}
+			if got := tree(t, st, s.SessionID); got != changed {
+				t.Fatalf("workspace after the hydrate of B: %s", testenv.FirstDiff(got, changed))
+			}
+			// A file-by-file restore (no kept trees) replaces the overlay.
+			nodes.SetKeptTrees(st.Agent, false)
+			if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snapA.ID}); err != nil {
+				t.Fatal(err)
+			}
+			if got := tree(t, st, s.SessionID); got != want {
+				t.Fatalf("workspace after a file restore over the overlay: %s", testenv.FirstDiff(got, want))
+			}
+			if got := lowersUnder(t, keep); len(got) != 0 {
+				t.Fatalf("overlays on kept trees after a file restore: %v; want none", got)
+			}
+			nodes.SetKeptTrees(st.Agent, true)
+			if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snapB.ID}); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Client.Delete(ctx, s.SessionID); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 30*time.Second, func() error {
+				if got := lowersUnder(t, keep); len(got) != 0 {
+					return fmt.Errorf("overlays after delete: %v", got)
+				}
+				return nil
+			})
+		})
+	}
+}

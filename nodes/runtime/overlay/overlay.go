@@ -1,0 +1,179 @@
+// Package overlay mounts a sandbox's workspace as an overlay of a
+// read-only tree the node keeps (a snapshot it restored before) and an
+// upper directory on the sandbox's own disk, so that a restore of a
+// snapshot the node already holds as a tree writes no file: the mount is
+// the restore (docs/architecture.md, "Restore from a kept tree").
+//
+// The lower tree is never written through the overlay: a write copies
+// the file up into the upper directory first. It must not change while
+// mounted; the node's tree cache (package trees) never removes a tree
+// that Lowers or a record names.
+package overlay
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/paddock-dev/paddock/errcode"
+)
+
+// Mount mounts at target an overlay whose lower layer is lower (read
+// only) and whose writes go to upper, with work as the overlay's work
+// directory (upper and work on one file system, work empty). Directory
+// renames are allowed (redirect_dir), as on any file system. Every path
+// must be absolute. A kernel or a process that cannot mount overlays
+// gives ErrUnsupported (wrapped): the caller restores another way.
+func Mount(lower, upper, work, target string) error {
+	for _, p := range []string{lower, upper, work, target} {
+		if !filepath.IsAbs(p) || strings.ContainsAny(p, ",:\\\n\t ") {
+			return errcode.New(errcode.Internal, "overlay: path %q is not absolute or holds a character the mount options cannot carry", p)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=on", lower, upper, work)
+	err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.ENODEV), errors.Is(err, unix.ENOSYS):
+		return fmt.Errorf("%w: mount overlay at %s: %v", ErrUnsupported, target, err)
+	default:
+		return errcode.Wrap(errcode.RuntimeError, err, "mount the workspace's overlay")
+	}
+}
+
+// ErrUnsupported says that this process cannot mount overlays (not root,
+// or no overlay in the kernel).
+var ErrUnsupported = errors.New("overlay mounts are not supported here")
+
+// Unmount detaches the overlay mounted at target, lazily (a process that
+// still has a file open in it keeps that view until it closes it).
+// Nothing mounted at target is not an error.
+func Unmount(target string) error {
+	err := unix.Unmount(target, unix.MNT_DETACH)
+	if err == nil || errors.Is(err, syscall.EINVAL) || errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return errcode.Wrap(errcode.RuntimeError, err, "unmount the workspace's overlay")
+}
+
+// Mounted reports whether an overlay is mounted at target.
+func Mounted(target string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(target, &st); err != nil {
+		return false
+	}
+	return st.Type == unix.OVERLAYFS_SUPER_MAGIC
+}
+
+// Lowers returns the lower directories of the overlays mounted in this
+// process's mount namespace (from /proc/self/mountinfo).
+func Lowers() (map[string]bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "read the mount table")
+	}
+	defer f.Close()
+	out := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		for _, l := range lowersOf(sc.Text()) {
+			out[l] = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "read the mount table")
+	}
+	return out, nil
+}
+
+// lowersOf returns the lower directories a mountinfo line names, when it
+// is an overlay's (see proc(5): the fields after " - " are the type, the
+// source and the super block's options).
+func lowersOf(line string) []string {
+	_, post, ok := strings.Cut(line, " - ")
+	if !ok {
+		return nil
+	}
+	f := strings.Fields(post)
+	if len(f) < 3 || f[0] != "overlay" {
+		return nil
+	}
+	var out []string
+	for _, o := range strings.Split(f[2], ",") {
+		k, v, ok := strings.Cut(o, "=")
+		if !ok || (k != "lowerdir" && k != "lowerdir+") {
+			continue
+		}
+		for _, l := range strings.Split(v, ":") {
+			if l != "" {
+				out = append(out, unescape(l))
+			}
+		}
+	}
+	return out
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			var n int
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &n); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// WriteRecord records beside a sandbox that its workspace is an overlay
+// of lower with upper (so that it is mounted again after the host
+// restarts, and the tree is kept meanwhile); it is written whole or not
+// at all.
+func WriteRecord(path string, r Record) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(r.Lower+"\n"+r.Upper+"\n"), 0o600); err != nil {
+		return errcode.Wrap(errcode.RuntimeError, err, "record the workspace's overlay")
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return errcode.Wrap(errcode.RuntimeError, err, "record the workspace's overlay")
+	}
+	return nil
+}
+
+// Record is what WriteRecord keeps: the overlay's lower tree and its
+// upper directory (its work directory is the upper's sibling "work").
+type Record struct {
+	Lower, Upper string
+}
+
+// ReadRecord reads a record; ok is false when there is none.
+func ReadRecord(path string) (r Record, ok bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, errcode.Wrap(errcode.RuntimeError, err, "read the workspace's overlay record")
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 2 || !filepath.IsAbs(lines[0]) || !filepath.IsAbs(lines[1]) {
+		return Record{}, false, errcode.New(errcode.RuntimeError, "the workspace's overlay record %s is malformed", path)
+	}
+	return Record{Lower: lines[0], Upper: lines[1]}, true, nil
+}
