@@ -40,6 +40,9 @@ import (
 //	persist-tar       a tar persist of the same workspace (then deleted)
 //	restore-warm      hydrate of the newest manifest snapshot, every chunk
 //	                  in the node's cache
+//	restore-kept      the same on a node that keeps the tree an earlier
+//	                  restore of it wrote: an overlay mount, no file written
+//	                  (restore-warm and the others run with kept trees off)
 //	restore-warm-tar  the same through a tar into the runtime's staging
 //	                  (the path before restores wrote the host directory)
 //	restore-cold      the same with the cache emptied first
@@ -68,7 +71,7 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 	lim := archive.Limits{MaxArchiveBytes: 64 << 30, MaxExtractedBytes: 64 << 30, MaxMembers: 1_000_000}
 	cacheDir := b.TempDir()
 	node := "snapbench-" + uuid.NewString()[:8]
-	cfg := nodes.Config{ID: node, ChunkCacheDir: cacheDir, ArchiveLimits: lim}
+	cfg := nodes.Config{ID: node, ChunkCacheDir: cacheDir, ArchiveLimits: lim, TreeCacheDir: b.TempDir(), TreeCacheBytes: int64(mib) << 21}
 	opts := testenv.StackOptions{Node: cfg}
 	var drt *docker.Runtime
 	image := ""
@@ -129,7 +132,7 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var manifest, fullScan, tar, warm, warmTar, cold, raw []time.Duration
+	var manifest, fullScan, tar, warm, kept, warmTar, cold, raw []time.Duration
 	var last commands.Snapshot
 	var chunks map[string]int64
 	for i := 0; i < b.N; i++ {
@@ -182,6 +185,7 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 			b.Fatal(err)
 		}
 		// (c) restore with the cache warm (a first restore fills it).
+		nodes.SetKeptTrees(st.Agent, false)
 		if i == 0 {
 			if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: last.ID}); err != nil {
 				b.Fatal(err)
@@ -193,6 +197,22 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// (c'') the same from a kept tree (a first restore writes it: each
+		// run's snapshot is a new one).
+		nodes.SetKeptTrees(st.Agent, true)
+		if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: last.ID}); err != nil {
+			b.Fatal(err)
+		}
+		t0 = time.Now()
+		_, err = st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: last.ID})
+		kept = append(kept, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if h := lastData[events.HydrateFinish](b, st, s.SessionID); h.Chunks == nil || !h.Chunks.Kept {
+			b.Fatalf("restore from a kept tree: chunks %+v; want kept", h.Chunks)
+		}
+		nodes.SetKeptTrees(st.Agent, false)
 		// (c') the same through a tar into the runtime's staging, as
 		// before restores wrote the host directory.
 		nodes.SetTarRestore(st.Agent, true)
@@ -237,6 +257,7 @@ func benchSnapshot(b *testing.B, kind string, mib int) {
 	b.ReportMetric(p50(fullScan), "persist-manifest-full-scan-p50-ms")
 	b.ReportMetric(p50(tar), "persist-tar-p50-ms")
 	b.ReportMetric(p50(warm), "restore-warm-p50-ms")
+	b.ReportMetric(p50(kept), "restore-kept-p50-ms")
 	b.ReportMetric(p50(warmTar), "restore-warm-tar-p50-ms")
 	b.ReportMetric(p50(cold), "restore-cold-p50-ms")
 	b.ReportMetric(p50(raw), "raw-get-p50-ms")

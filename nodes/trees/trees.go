@@ -33,6 +33,9 @@ type Cache struct {
 
 	mu    sync.Mutex
 	trees map[string]*entry // by key; guarded by mu
+	// building holds the builds in flight by key, each closed when done;
+	// guarded by mu.
+	building map[string]chan struct{}
 	total int64             // bytes of the trees in trees; guarded by mu
 	clock uint64            // guarded by mu
 }
@@ -76,7 +79,7 @@ func Open(dir string, maxBytes int64, inUse func() (map[string]bool, error)) (*C
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
 	}
-	c := &Cache{dir: dir, max: maxBytes, inUse: inUse, trees: map[string]*entry{}}
+	c := &Cache{dir: dir, max: maxBytes, inUse: inUse, trees: map[string]*entry{}, building: map[string]chan struct{}{}}
 	tenants, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
@@ -143,13 +146,40 @@ func (c *Cache) Fits(n int64) bool { return n <= c.max }
 // Build makes the tree of tenant's manifest root owned by uid:gid: fill
 // writes it into the empty directory it is given and returns its bytes;
 // the tree is published only once fill succeeded, and returned pinned.
-// When another Build published the same tree meanwhile, that one is
-// returned and this one removed. Past the budget, the least recently used
-// trees that nobody pins and no overlay uses are removed.
+// Builds of one tree run one at a time: a Build that finds another in
+// flight waits for it and returns its tree (or, when it failed, builds
+// its own). Past the budget, the least recently used trees that nobody
+// pins and no overlay uses are removed.
 func (c *Cache) Build(ctx context.Context, tenant, root string, uid, gid int, fill func(dir string) (int64, error)) (*Tree, error) {
 	key, err := keyOf(tenant, root, uid, gid)
 	if err != nil {
 		return nil, err
+	}
+	for {
+		c.mu.Lock()
+		if t, ok := c.getLocked(key); ok {
+			c.mu.Unlock()
+			return t, nil
+		}
+		wait, busy := c.building[key]
+		if !busy {
+			done := make(chan struct{})
+			c.building[key] = done
+			c.mu.Unlock()
+			defer func() {
+				c.mu.Lock()
+				delete(c.building, key)
+				c.mu.Unlock()
+				close(done)
+			}()
+			break
+		}
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	tdir := filepath.Join(c.dir, tenant)
 	if err := os.MkdirAll(tdir, 0o700); err != nil {
