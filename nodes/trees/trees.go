@@ -36,8 +36,8 @@ type Cache struct {
 	// building holds the builds in flight by key, each closed when done;
 	// guarded by mu.
 	building map[string]chan struct{}
-	total int64             // bytes of the trees in trees; guarded by mu
-	clock uint64            // guarded by mu
+	total    int64  // bytes of the trees in trees; guarded by mu
+	clock    uint64 // guarded by mu
 }
 
 type entry struct {
