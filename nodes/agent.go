@@ -130,7 +130,11 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 		}
 	}
 	if cfg.TreeCacheDir != "" && cfg.TreeCacheBytes > 0 {
-		if a.trees, err = trees.Open(cfg.TreeCacheDir, cfg.TreeCacheBytes, a.overlayLowers); err != nil {
+		a.trees, err = trees.Open(cfg.TreeCacheDir, cfg.TreeCacheBytes, a.overlayLowers)
+		switch {
+		case errors.Is(err, trees.ErrInUse):
+			a.logger.Warn("another process keeps trees in this directory: restores write files", "dir", cfg.TreeCacheDir)
+		case err != nil:
 			return nil, fmt.Errorf("nodes: tree cache: %w", err)
 		}
 	}
@@ -277,6 +281,9 @@ func (a *Agent) Close(ctx context.Context) error {
 	if b, err := json.Marshal(last); err == nil {
 		_ = a.nc.Publish(a.cmdSubj.Heartbeat(a.cfg.ID), b)
 		_ = a.nc.FlushTimeout(time.Second)
+	}
+	if a.trees != nil {
+		_ = a.trees.Close()
 	}
 	a.logger.Info("node agent stopped")
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"time"
 
 	"github.com/paddock-dev/paddock/archive"
 	"github.com/paddock-dev/paddock/nodes/runtime"
@@ -92,6 +93,13 @@ func (a *Agent) restoreKept(ctx context.Context, s *session, sb runtime.Sandbox,
 			return st, false, false, nil
 		}
 		return st, false, true, err
+	}
+	// The tree's files are m's and nobody writes them: the next scan
+	// (a hydrate's changes, a persist) stats them instead of hashing them.
+	if dir, ok := hostDir(sb); ok {
+		if err := s.content.hashCache().Seed(dir, m, time.Now()); err != nil {
+			a.logger.Debug("hash cache not seeded after a restore from a kept tree", "err", err)
+		}
 	}
 	return archive.Stats{Members: entries, Bytes: bytes}, kept, true, nil
 }

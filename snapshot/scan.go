@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -595,4 +596,71 @@ func hashFile(ctx context.Context, f *os.File, size int64, buf []byte) ([]string
 		chunks = nil
 	}
 	return chunks, nil
+}
+
+// Seed fills the cache with m's digests for the files of dir that are m's
+// (the node wrote them from m's verified chunks and nobody else can have
+// written them since: a kept tree, read-only below an overlay), keyed by
+// what each shows now. Called after dir became m, at start, it replaces
+// what the cache held. A file that is not m's regular file of m's size,
+// or whose mtime or ctime is within racyWindow of start (changed since,
+// or too recently to tell), is not trusted: a scan hashes it. Only
+// regular files are seeded; nothing follows a symlink.
+func (c *HashCache) Seed(dir string, m *Manifest, start time.Time) error {
+	if c == nil {
+		return nil
+	}
+	top, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errcode.Wrap(errcode.RuntimeError, err, "seed the hash cache")
+	}
+	// Each directory opened once, relative to its parent, never through
+	// a symlink (a directory swapped for one is not seeded).
+	dirs := map[string]int{"": top}
+	defer func() {
+		for _, fd := range dirs {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	var open func(p string) int
+	open = func(p string) int {
+		if fd, ok := dirs[p]; ok {
+			return fd
+		}
+		parent, name := path.Split(strings.TrimSuffix(p, "/"))
+		fd := -1
+		if pfd := open(parent); pfd >= 0 {
+			if f, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+				fd = f
+			}
+		}
+		dirs[p] = fd
+		return fd
+	}
+	racy := start.Add(-racyWindow).UnixNano()
+	files := make(map[string]cachedFile, len(m.Entries))
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		if e.Kind != KindFile {
+			continue
+		}
+		parent, name := path.Split(e.Path)
+		fd := open(parent)
+		if fd < 0 {
+			continue
+		}
+		var st unix.Stat_t
+		if err := ignoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != e.Size {
+			continue
+		}
+		k := keyOf(&st)
+		files[e.Path] = cachedFile{key: k, chunks: e.Chunks, trusted: k.mtime < racy && k.ctime < racy}
+	}
+	c.replace(files)
+	return nil
 }

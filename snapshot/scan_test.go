@@ -384,3 +384,71 @@ func TestScanCancelled(t *testing.T) {
 		t.Fatalf("cancelled FromTar: got %v, want context.Canceled", err)
 	}
 }
+
+// TestHashCacheSeed: a cache seeded with a tree's manifest lets the next
+// scan hash nothing, and the same manifest comes out; a file changed
+// after the seeding (same size, mtime set back) is hashed again and
+// recorded as it is; a file not of the manifest's size, and every file
+// changed within the racy window of the seeding, is not trusted.
+func TestHashCacheSeed(t *testing.T) {
+	dir := testTree(t)
+	want := mustScan(t, dir, nil).Manifest
+	c := NewHashCache()
+	if err := c.Seed(dir, want, time.Now().Add(2*racyWindow)); err != nil {
+		t.Fatal(err)
+	}
+	s := mustScan(t, dir, c)
+	if files, _ := s.Hashed(); files != 0 || s.Manifest.Root() != want.Root() {
+		t.Fatalf("scan after the seed hashed %d files, root %s; want 0, %s", files, s.Manifest.Root(), want.Root())
+	}
+	// Changed after the seed, its mtime set back: its ctime moved.
+	p := filepath.Join(dir, "a", "below")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Seed(dir, want, time.Now().Add(2*racyWindow)); err != nil {
+		t.Fatal(err)
+	}
+	mkfile(t, dir, "a/below", content(9, ChunkSize-1), 0o644)
+	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	s = mustScan(t, dir, c)
+	if files, _ := s.Hashed(); files != 1 {
+		t.Fatalf("scan after a change hashed %d files; want 1", files)
+	}
+	if e, _ := s.Manifest.Lookup("a/below"); e.Chunks[0] == mustLookup(t, want, "a/below").Chunks[0] {
+		t.Fatal("the changed file was recorded with the seeded digest")
+	}
+	// A manifest whose sizes are not the files': nothing trusted.
+	other := mustScan(t, testTree(t), nil).Manifest
+	for i := range other.Entries {
+		other.Entries[i].Size++
+	}
+	if err := c.Seed(dir, other, time.Now().Add(2*racyWindow)); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := mustScan(t, dir, c).Hashed(); files != 7 {
+		t.Fatalf("scan after a seed of wrong sizes hashed %d files; want all 7", files)
+	}
+	// Seeded at the files' own time: racily clean, not trusted.
+	fresh := testTree(t)
+	m := mustScan(t, fresh, nil).Manifest
+	c2 := NewHashCache()
+	if err := c2.Seed(fresh, m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := mustScan(t, fresh, c2).Hashed(); files != 7 {
+		t.Fatalf("scan after a racy seed hashed %d files; want all 7", files)
+	}
+}
+
+func mustLookup(t *testing.T, m *Manifest, p string) Entry {
+	t.Helper()
+	e, ok := m.Lookup(p)
+	if !ok {
+		t.Fatalf("%s not in the manifest", p)
+	}
+	return e
+}

@@ -125,7 +125,7 @@ func registerFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&cfg.snapshotFormat, "snapshot-format", "", "format persist writes: manifest (content-addressed: only changed chunks are uploaded; the default) or tar (the whole workspace each time; the default with --zstd-snapshots, which applies to it); both are restored")
 	fs.StringVar(&cfg.chunkCacheDir, "chunk-cache-dir", filepath.Join(os.TempDir(), "paddock-node-chunks"), "the node's cache of snapshot chunks, which restores read before the object store")
 	fs.Int64Var(&cfg.chunkCacheBytes, "chunk-cache-bytes", nodes.DefaultChunkCacheBytes, "bound of the chunk cache (0: no cache)")
-	fs.StringVar(&cfg.treeCacheDir, "tree-cache-dir", filepath.Join(os.TempDir(), "paddock-node-trees"), "the node's kept workspace trees, which restores of the same snapshot mount as overlays (needs root)")
+	fs.StringVar(&cfg.treeCacheDir, "tree-cache-dir", "", "the node's kept workspace trees, which restores of the same snapshot mount as overlays (needs root; default: --chunk-cache-dir with -trees appended)")
 	fs.Int64Var(&cfg.treeCacheBytes, "tree-cache-bytes", nodes.DefaultTreeCacheBytes, "bound of the kept trees' bytes (0: none kept)")
 	fs.BoolVar(&cfg.changeAttr, "change-attribution", true, "record what every exec, process, write, rm and mkdir changed in the workspace in its finish event")
 	fs.StringVar(&cfg.clusterPorts, "egress-cluster-ports", "", "more ports of the NATS cluster (route, leafnode, monitoring; comma separated) that no egress allow list reaches at a private address; its client ports, and NATS's defaults, are refused already")
@@ -252,7 +252,7 @@ func runNode(ctx context.Context, f *nodeFlags, stderr io.Writer) error {
 				TenantConcurrent: cfg.tenantConcurrent, TenantSessions: cfg.tenantSessions, Policy: pol,
 				ReapGrace: cfg.reapGrace, ReapInterval: min(cfg.reapGrace/2, time.Minute),
 				CompressSnapshots: cfg.zstdSnaps, Snapshots: cfg.snapshotFormat, ChunkCacheDir: cfg.chunkCacheDir, ChunkCacheBytes: chunkCacheBytes(cfg.chunkCacheBytes),
-				TreeCacheDir: cfg.treeCacheDir, TreeCacheBytes: chunkCacheBytes(cfg.treeCacheBytes),
+				TreeCacheDir: treeCacheDir(cfg.treeCacheDir, cfg.chunkCacheDir), TreeCacheBytes: chunkCacheBytes(cfg.treeCacheBytes),
 				ChangeAttribution: &cfg.changeAttr, Signer: signer, ExposeHost: cfg.exposeHost, Metrics: met, TracerProvider: tp,
 				Egress: nodes.EgressConfig{ClusterPorts: clusterPorts}, Disks: disks,
 			}, logger, rts...)
@@ -290,6 +290,16 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// treeCacheDir is --tree-cache-dir, by default the chunk cache's
+// directory with -trees appended (one per node when each has its own
+// chunk cache).
+func treeCacheDir(dir, chunks string) string {
+	if dir != "" || chunks == "" {
+		return dir
+	}
+	return filepath.Clean(chunks) + "-trees"
 }
 
 // chunkCacheBytes is --chunk-cache-bytes as nodes.Config takes it: 0

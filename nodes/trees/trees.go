@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/paddock-dev/paddock/errcode"
 )
 
@@ -30,6 +32,7 @@ type Cache struct {
 	dir   string
 	max   int64
 	inUse func() (map[string]bool, error)
+	lock  *os.File // flock'd while open
 
 	mu    sync.Mutex
 	trees map[string]*entry // by key; guarded by mu
@@ -79,9 +82,20 @@ func Open(dir string, maxBytes int64, inUse func() (map[string]bool, error)) (*C
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
 	}
-	c := &Cache{dir: dir, max: maxBytes, inUse: inUse, trees: map[string]*entry{}, building: map[string]chan struct{}{}}
+	// One process per directory: another's Open would remove the trees
+	// it is building.
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "tree cache lock")
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrInUse, dir, err)
+	}
+	c := &Cache{dir: dir, max: maxBytes, inUse: inUse, lock: lock, trees: map[string]*entry{}, building: map[string]chan struct{}{}}
 	tenants, err := os.ReadDir(dir)
 	if err != nil {
+		lock.Close()
 		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
 	}
 	for _, t := range tenants {
@@ -90,6 +104,7 @@ func Open(dir string, maxBytes int64, inUse func() (map[string]bool, error)) (*C
 		}
 		kept, err := os.ReadDir(filepath.Join(dir, t.Name()))
 		if err != nil {
+			lock.Close()
 			return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
 		}
 		for _, k := range kept {
@@ -110,6 +125,12 @@ func Open(dir string, maxBytes int64, inUse func() (map[string]bool, error)) (*C
 	}
 	return c, nil
 }
+
+// ErrInUse says that another process has the tree cache's directory.
+var ErrInUse = errors.New("the tree cache directory is another process's")
+
+// Close lets the directory go to another process.
+func (c *Cache) Close() error { return c.lock.Close() }
 
 // keyOf names the tree of a tenant's manifest root owned by uid:gid.
 func keyOf(tenant, root string, uid, gid int) (string, error) {

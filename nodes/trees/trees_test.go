@@ -153,10 +153,18 @@ func TestOpenFindsTrees(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(noBytes, "tree"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// One process (one Open) at a time per directory.
+	if _, err := Open(dir, 1<<20, none); !errors.Is(err, ErrInUse) {
+		t.Fatalf("second Open of a directory in use = %v; want ErrInUse", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
 	c2, err := Open(dir, 1<<20, none)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c2.Close()
 	if n, b := c2.Stats(); n != 1 || b != 7 {
 		t.Fatalf("reopened Stats = %d, %d; want 1, 7", n, b)
 	}

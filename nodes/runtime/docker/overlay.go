@@ -134,7 +134,10 @@ func (s *Sandbox) mountOverlay(ctx context.Context, lower, upper string) error {
 		remount()
 		return err
 	}
-	if err := overlay.Mount(lower, upper, filepath.Join(filepath.Dir(upper), "work"), ws); err != nil {
+	// Synced (not volatile): the workspace outlives a reboot of the host
+	// (Start mounts it again), and the disk's file system is the
+	// sandbox's own, so an unmount flushes only what the sandbox wrote.
+	if err := overlay.Mount(lower, upper, filepath.Join(filepath.Dir(upper), "work"), ws, false); err != nil {
 		if hadPrev {
 			_ = overlay.WriteRecord(s.disk.overlayRecord(), prev)
 		} else {
@@ -206,7 +209,7 @@ func (s *Sandbox) dropOverlay() (restore, forget func(), err error) {
 
 // mountRecorded mounts the recorded overlay at ws.
 func mountRecorded(ws string, rec overlay.Record) error {
-	return overlay.Mount(rec.Lower, rec.Upper, filepath.Join(filepath.Dir(rec.Upper), "work"), ws)
+	return overlay.Mount(rec.Lower, rec.Upper, filepath.Join(filepath.Dir(rec.Upper), "work"), ws, false)
 }
 
 // remountOverlay mounts a loopfs's recorded overlay again when it is not

@@ -90,7 +90,7 @@ func (s *Sandbox) mountOverlay(lower, layer string) error {
 		_ = os.Remove(s.dir)
 		_ = os.Rename(old, s.dir)
 		if prev != (overlay.Record{}) {
-			_ = overlay.Mount(prev.Lower, prev.Upper, filepath.Join(filepath.Dir(prev.Upper), "work"), s.dir)
+			_ = remountLocked(prev, s.dir)
 		}
 	}
 	if err := os.Rename(s.dir, old); err != nil {
@@ -102,7 +102,11 @@ func (s *Sandbox) mountOverlay(lower, layer string) error {
 		return errcode.Wrap(errcode.RuntimeError, err, "swap workspace")
 	}
 	upper := filepath.Join(layer, "upper")
-	if err := overlay.Mount(lower, upper, filepath.Join(layer, "work"), s.dir); err != nil {
+	// Volatile: a local sandbox's workspace is never brought back after a
+	// crash of the host (a new sandbox replaces what is left), and the
+	// unmount of a synced overlay would flush all the dirty data of the
+	// host's file system, a just-written tree's included.
+	if err := overlay.Mount(lower, upper, filepath.Join(layer, "work"), s.dir, true); err != nil {
 		undo()
 		return err
 	}
@@ -154,4 +158,14 @@ func unmountLeftover(ws string) error {
 		return errors.Join(err, errcode.New(errcode.RuntimeError, "a leftover overlay is mounted at %s", ws))
 	}
 	return nil
+}
+
+// remountLocked mounts the overlay rec at dir again (a swap that failed
+// puts the former workspace back).
+func remountLocked(rec overlay.Record, dir string) error {
+	work := filepath.Join(filepath.Dir(rec.Upper), "work")
+	if err := overlay.ClearVolatile(work); err != nil {
+		return err
+	}
+	return overlay.Mount(rec.Lower, rec.Upper, work, dir, true)
 }

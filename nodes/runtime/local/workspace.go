@@ -105,7 +105,7 @@ func (s *Sandbox) stage() (runtime.HostStage, error) {
 			return err
 		}
 		remount := func() {
-			if prev != (overlay.Record{}) && overlay.Mount(prev.Lower, prev.Upper, filepath.Join(filepath.Dir(prev.Upper), "work"), s.dir) == nil {
+			if prev != (overlay.Record{}) && remountLocked(prev, s.dir) == nil {
 				s.overlay = prev
 			}
 		}

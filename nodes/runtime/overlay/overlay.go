@@ -30,13 +30,24 @@ import (
 // renames are allowed (redirect_dir), as on any file system. Every path
 // must be absolute. A kernel or a process that cannot mount overlays
 // gives ErrUnsupported (wrapped): the caller restores another way.
-func Mount(lower, upper, work, target string) error {
+//
+// volatile skips every sync of the upper's file system, the unmount's
+// included (which otherwise flushes all of that file system's dirty
+// data, whoever wrote it); fsync in the overlay does nothing then, and
+// after a crash of the host the upper must be thrown away: for a
+// workspace nothing brings back after a crash (the local runtime's).
+// Mounting a volatile overlay again on a work directory it used needs
+// ClearVolatile first.
+func Mount(lower, upper, work, target string, volatile bool) error {
 	for _, p := range []string{lower, upper, work, target} {
 		if !filepath.IsAbs(p) || strings.ContainsAny(p, ",:\\\n\t ") {
 			return errcode.New(errcode.Internal, "overlay: path %q is not absolute or holds a character the mount options cannot carry", p)
 		}
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=on", lower, upper, work)
+	if volatile {
+		opts += ",volatile"
+	}
 	err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
 	switch {
 	case err == nil:
@@ -46,6 +57,17 @@ func Mount(lower, upper, work, target string) error {
 	default:
 		return errcode.Wrap(errcode.RuntimeError, err, "mount the workspace's overlay")
 	}
+}
+
+// ClearVolatile removes the mark a volatile overlay leaves in its work
+// directory, for a mount again on it within the same boot of the host
+// (nothing was lost: the page cache holds what was not synced).
+func ClearVolatile(work string) error {
+	err := os.RemoveAll(filepath.Join(work, "work", "incompat"))
+	if err != nil {
+		return errcode.Wrap(errcode.RuntimeError, err, "clear the overlay's volatile mark")
+	}
+	return nil
 }
 
 // ErrUnsupported says that this process cannot mount overlays (not root,

@@ -42,7 +42,7 @@ func TestMountUnmount(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(lower, "f"), []byte("lower"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := Mount(lower, upper, work, target); err != nil {
+	if err := Mount(lower, upper, work, target, false); err != nil {
 		t.Fatal(err)
 	}
 	defer Unmount(target)
@@ -68,7 +68,7 @@ func TestMountUnmount(t *testing.T) {
 	if err := Unmount(target); err != nil {
 		t.Fatalf("Unmount of nothing mounted = %v", err)
 	}
-	if err := Mount(lower+",upperdir=/etc", upper, work, target); err == nil {
+	if err := Mount(lower+",upperdir=/etc", upper, work, target, false); err == nil {
 		Unmount(target)
 		t.Fatal("a lower with a comma was mounted")
 	}
