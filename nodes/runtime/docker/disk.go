@@ -419,10 +419,7 @@ func ensureMounted(ctx context.Context, d disk) error {
 	if _, err := os.Stat(d.img()); err != nil {
 		return errcode.Wrap(errcode.InvalidState, err, "the sandbox's disk image is gone")
 	}
-	if err := mountLoopFS(ctx, d); err != nil {
-		return err
-	}
-	return remountOverlay(d)
+	return mountLoopFS(ctx, d)
 }
 
 // mounted reports whether d's mount point holds a file system other than

@@ -24,8 +24,11 @@ import (
 // mounts under it (rslave, LabelOverlay) and the disk's mount is shared.
 // The upper and work directories are under <mnt>/overlay, which no
 // container mount shows; a record beside the image (<dir>/overlay) says
-// which tree and upper the workspace is, so that Start mounts the overlay
-// again after a reboot of the host and the node keeps that tree.
+// which tree and upper the workspace is, so that the node keeps that tree
+// and Start mounts the overlay again: after the container starts, so that
+// the container's workspace mount is of the disk's directory, never of an
+// overlay (which would not receive the next one), and after a reboot of
+// the host too.
 
 // LabelOverlay marks a container whose workspace mount receives the
 // node's mounts ("rslave"): only those take an overlay restore.
@@ -212,21 +215,26 @@ func mountRecorded(ws string, rec overlay.Record) error {
 	return overlay.Mount(rec.Lower, rec.Upper, filepath.Join(filepath.Dir(rec.Upper), "work"), ws, false)
 }
 
-// remountOverlay mounts a loopfs's recorded overlay again when it is not
-// (the host rebooted): its tree must still be there.
-func remountOverlay(d disk) error {
-	rec, ok, err := overlay.ReadRecord(d.overlayRecord())
+// liftOverlay readies a stopped container's start when its workspace is
+// a recorded overlay: it unmounts the overlay (if mounted: not after a
+// reboot of the host) and returns what mounts it again, to be called
+// once the container started. A running container is left alone (nil).
+func (s *Sandbox) liftOverlay(ctx context.Context) (func() error, error) {
+	rec, ok, err := overlay.ReadRecord(s.disk.overlayRecord())
 	if err != nil || !ok {
-		return err
+		return nil, err
 	}
-	ws := filepath.Join(d.mnt(), diskWorkspace)
-	if overlay.Mounted(ws) {
-		return nil
+	if running, err := s.Running(ctx); err != nil || running {
+		return nil, err
 	}
 	if _, err := os.Stat(rec.Lower); err != nil {
-		return errcode.Wrap(errcode.InvalidState, err, "the kept tree the sandbox's workspace is an overlay of is gone")
+		return nil, errcode.Wrap(errcode.InvalidState, err, "the kept tree the sandbox's workspace is an overlay of is gone")
 	}
-	return mountRecorded(ws, rec)
+	ws := filepath.Join(s.disk.mnt(), diskWorkspace)
+	if err := overlay.Unmount(ws); err != nil {
+		return nil, err
+	}
+	return func() error { return mountRecorded(ws, rec) }, nil
 }
 
 // OverlayLowers returns the kept trees that the workspaces of this

@@ -85,7 +85,7 @@ func (s *Sandbox) ContainerID() string { return s.id }
 // Start starts a stopped container; a running one is left alone. After
 // Shutdown, or when the container was removed behind the runtime's back,
 // it is invalid_state; an engine failure is runtime_error.
-func (s *Sandbox) Start(ctx context.Context) error {
+func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if err := s.checkNotGone("start"); err != nil {
 		return err
 	}
@@ -93,6 +93,19 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	defer s.life.Unlock()
 	if err := ensureMounted(ctx, s.disk); err != nil {
 		return err
+	}
+	// A workspace that is an overlay (a restore from a kept tree) is
+	// mounted after the container starts: mounted before, the container's
+	// workspace mount would hold that overlay itself and not receive the
+	// next one (overlay.go).
+	if remount, err := s.liftOverlay(ctx); err != nil {
+		return err
+	} else if remount != nil {
+		defer func() {
+			if rerr := remount(); rerr != nil && err == nil {
+				err = rerr
+			}
+		}()
 	}
 	if err := s.r.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 		switch {
