@@ -156,7 +156,7 @@ func Open(ctx context.Context, opts Options, logger *slog.Logger) ([]runtime.Run
 	if err != nil {
 		return nil, nil, err
 	}
-	return []runtime.Runtime{rt}, func() error { return nil }, nil
+	return []runtime.Runtime{rt}, rt.Close, nil
 }
 
 // openRunsc opens the runsc runtime in LocalDir/runsc, exporting images

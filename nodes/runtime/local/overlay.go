@@ -169,3 +169,19 @@ func remountLocked(rec overlay.Record, dir string) error {
 	}
 	return overlay.Mount(rec.Lower, rec.Upper, work, dir, true)
 }
+
+// Close unmounts the overlays of this runtime's workspaces (restores from
+// kept trees). A local sandbox does not outlive its node (its processes
+// end with it, and a sandbox made again for the session removes what is
+// left), so what it leaves is plain directories, never mounts.
+func (r *Runtime) Close() error {
+	targets, err := overlay.MountedUnder(r.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range targets {
+		errs = append(errs, overlay.Unmount(t))
+	}
+	return errors.Join(errs...)
+}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -113,6 +114,33 @@ func Lowers() (map[string]bool, error) {
 	if err := sc.Err(); err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "read the mount table")
 	}
+	return out, nil
+}
+
+// MountedUnder returns the mount points of the overlays mounted at or
+// below dir, deepest first.
+func MountedUnder(dir string) ([]string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "overlay mounts")
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "read the mount table")
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 1 || g[0] != "overlay" {
+			continue
+		}
+		p := unescape(f[4])
+		if p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out, nil
 }
 

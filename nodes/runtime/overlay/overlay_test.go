@@ -55,6 +55,9 @@ func TestMountUnmount(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(lower, "f")); string(b) != "lower" {
 		t.Fatalf("lower file = %q after a write through the overlay", b)
 	}
+	if m, err := MountedUnder(d); err != nil || len(m) != 1 || m[0] != target {
+		t.Fatalf("MountedUnder = %v, %v; want [%s]", m, err, target)
+	}
 	ls, err := Lowers()
 	if err != nil || !ls[lower] {
 		t.Fatalf("Lowers = %v, %v; want %s in it", ls, err, lower)
