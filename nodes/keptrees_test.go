@@ -2,6 +2,7 @@ package nodes_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime/overlay"
+	"github.com/paddock-dev/paddock/snapshot/snapshottest"
 	"github.com/paddock-dev/paddock/testenv"
 )
 
@@ -140,6 +142,58 @@ func TestRestoreFromKeptTree(t *testing.T) {
 				}
 				return nil
 			})
+		})
+	}
+}
+
+// TestDirtyTrackingOnKeptTree: on both runtimes, a workspace restored
+// from a kept tree (an overlay) is tracked as any other: after changes
+// made on the host and inside the sandbox (files of the tree written,
+// renamed and removed, which copies them up), each persist records what
+// a full scan sees, and most persists scan only what changed.
+func TestDirtyTrackingOnKeptTree(t *testing.T) {
+	requireMount(t)
+	for _, k := range runtimeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			st, id, dir := trackedSession(t, k, nodes.Config{FullScanEvery: -1, TreeCacheDir: t.TempDir()})
+			ctx := testenv.Context(t, 10*time.Minute)
+			rng := rand.New(rand.NewPCG(36, 1))
+			snapshottest.Populate(t, rng, dir, 40)
+			snap, err := st.Client.Persist(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // the first writes the tree, the second mounts it kept
+				if _, err := st.Client.Hydrate(ctx, id, commands.HydrateArgs{SnapshotID: snap.ID}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if h := lastFinishData[events.HydrateFinish](t, st, id, commands.OpHydrate); h.Chunks == nil || !h.Chunks.Kept {
+				t.Fatalf("hydrate chunks %+v; want kept", h.Chunks)
+			}
+			full0, inc0 := nodes.ScanCounts(st.Agent, "default", id)
+			const rounds = 8
+			for round := range rounds + 1 {
+				var did []string
+				if round > 0 {
+					for range 1 + rng.IntN(3) {
+						did = append(did, snapshottest.Change(t, rng, dir, round > rounds-2))
+					}
+					shell(t, st, id, `mkdir -p c/n && echo $RANDOM >> c/log && mv c/log c/n/log2 && echo x > c/log`)
+				}
+				got, err := st.Client.Persist(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := fullRoot(t, dir); got.RootSHA256 != want {
+					t.Fatalf("round %d after %q: persisted root %s, a full scan's %s", round, did, got.RootSHA256, want)
+				}
+			}
+			full, inc := nodes.ScanCounts(st.Agent, "default", id)
+			t.Logf("%d scans full, %d incremental", full-full0, inc-inc0)
+			if inc-inc0 < rounds/2 {
+				t.Fatalf("%d scans full, %d incremental on the overlay; want most of %d incremental", full-full0, inc-inc0, rounds+1)
+			}
 		})
 	}
 }
