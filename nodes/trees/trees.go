@@ -151,14 +151,7 @@ func (c *Cache) Get(tenant, root string, uid, gid int) (*Tree, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.trees[key]
-	if !ok {
-		return nil, false
-	}
-	c.clock++
-	e.used = c.clock
-	e.pins++
-	return &Tree{c: c, e: e}, true
+	return c.getLocked(key)
 }
 
 // Fits reports whether a tree of n bytes may be kept at all.

@@ -34,6 +34,20 @@ func lowerTree(t *testing.T, stg runtime.OverlayStage, files map[string]string) 
 	return dir
 }
 
+// mountTree stages an overlay on sb and mounts a new tree of files.
+func mountTree(t *testing.T, sb runtime.Sandbox, files map[string]string) string {
+	t.Helper()
+	stg, ok, err := sb.(runtime.OverlayStager).StageOverlay(t.Context())
+	if err != nil || !ok {
+		t.Fatalf("StageOverlay = %v, %v", ok, err)
+	}
+	lower := lowerTree(t, stg, files)
+	if err := stg.Mount(lower); err != nil {
+		t.Fatal(err)
+	}
+	return lower
+}
+
 // TestOverlayWorkspace: an overlay a restore mounts on the node's side of
 // a running container's loopfs workspace is what the container sees (the
 // workspace's former entries gone); the sandbox's writes land in the
@@ -112,14 +126,7 @@ func TestOverlayWorkspace(t *testing.T) {
 		t.Fatalf("FindSandboxes = %v, %v", found, err)
 	}
 	again := found[0].Sandbox.(*docker.Sandbox)
-	stg2, ok, err := again.StageOverlay(ctx)
-	if err != nil || !ok {
-		t.Fatalf("StageOverlay of the found sandbox = %v, %v", ok, err)
-	}
-	lower2 := lowerTree(t, stg2, map[string]string{"c": "second\n"})
-	if err := stg2.Mount(lower2); err != nil {
-		t.Fatal(err)
-	}
+	lower2 := mountTree(t, again, map[string]string{"c": "second\n"})
 	if out := sh(t, again, "ls /workspace"); out != "c\n" {
 		t.Fatalf("workspace over the second tree: %q", out)
 	}
@@ -140,14 +147,7 @@ func TestOverlayWorkspace(t *testing.T) {
 	if out := sh(t, again, "ls /workspace"); out != "c\n" {
 		t.Fatalf("workspace after a stop and start: %q", out)
 	}
-	stg3, ok, err := again.StageOverlay(ctx)
-	if err != nil || !ok {
-		t.Fatalf("StageOverlay after a restart = %v, %v", ok, err)
-	}
-	lower3 := lowerTree(t, stg3, map[string]string{"third": "3\n"})
-	if err := stg3.Mount(lower3); err != nil {
-		t.Fatal(err)
-	}
+	mountTree(t, again, map[string]string{"third": "3\n"})
 	if out := sh(t, again, "ls /workspace"); out != "third\n" {
 		t.Fatalf("workspace over the third tree, after a stop and start: %q", out)
 	}
