@@ -150,7 +150,7 @@ func (s *Sandbox) mountOverlay(ctx context.Context, lower, upper string) error {
 		return err
 	}
 	if hadPrev {
-		_ = os.RemoveAll(filepath.Dir(prev.Upper))
+		s.goBackground(func(context.Context) { _ = os.RemoveAll(filepath.Dir(prev.Upper)) })
 	}
 	if err := s.moveAside(under); err != nil {
 		// The restore is done; what is left under the overlay only takes
@@ -205,7 +205,7 @@ func (s *Sandbox) dropOverlay() (restore, forget func(), err error) {
 	restore = func() { _ = mountRecorded(ws, rec) }
 	forget = func() {
 		_ = os.Remove(s.disk.overlayRecord())
-		_ = os.RemoveAll(filepath.Dir(rec.Upper))
+		s.goBackground(func(context.Context) { _ = os.RemoveAll(filepath.Dir(rec.Upper)) })
 	}
 	return restore, forget, nil
 }

@@ -85,17 +85,20 @@ func (s *Sandbox) mountOverlay(lower, layer string) error {
 			return err
 		}
 	}
-	old := filepath.Join(s.sessionDir, ".old-"+rand.Text())
-	undo := func() {
-		_ = os.Remove(s.dir)
-		_ = os.Rename(old, s.dir)
+	remount := func() {
 		if prev != (overlay.Record{}) {
 			_ = remountLocked(prev, s.dir)
 		}
 	}
+	old := filepath.Join(s.sessionDir, ".old-"+rand.Text())
 	if err := os.Rename(s.dir, old); err != nil {
-		undo()
+		remount()
 		return errcode.Wrap(errcode.RuntimeError, err, "swap workspace")
+	}
+	undo := func() { // the former workspace back, as it was
+		_ = os.Remove(s.dir)
+		_ = os.Rename(old, s.dir)
+		remount()
 	}
 	if err := os.Mkdir(s.dir, 0o755); err != nil {
 		undo()
@@ -132,7 +135,7 @@ func (s *Sandbox) mountOverlay(lower, layer string) error {
 	return nil
 }
 
-// dropOverlay unmounts the workspace's overlay, if it is one, so that
+// dropOverlayLocked unmounts the workspace's overlay, if it is one, so that
 // what is under the sandbox's directory can be removed or swapped as
 // plain directories (the upper stays, for whoever removes the directory).
 // s.mu must be held.
