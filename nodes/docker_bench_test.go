@@ -40,6 +40,13 @@ func supervisedBenchStack(b *testing.B, sync time.Duration) (*testenv.Stack, str
 // the runtime and the image too. opts change the runtime's config.
 func benchStack(b *testing.B, sync time.Duration, supervised bool, pool int, opts ...func(*docker.Config)) (*testenv.Stack, *docker.Runtime, string) {
 	b.Helper()
+	return benchStackNode(b, nodes.Config{}, sync, supervised, pool, opts...)
+}
+
+// benchStackNode is benchStack with the node's configuration (its ID is
+// set here).
+func benchStackNode(b *testing.B, ncfg nodes.Config, sync time.Duration, supervised bool, pool int, opts ...func(*docker.Config)) (*testenv.Stack, *docker.Runtime, string) {
+	b.Helper()
 	image := testenv.SandboxBaseImage(b)
 	node := "bench-" + uuid.NewString()[:8]
 	cfg := docker.Config{Client: testenv.DockerClient(b), Node: node}
@@ -49,6 +56,7 @@ func benchStack(b *testing.B, sync time.Duration, supervised bool, pool int, opt
 	if supervised {
 		cfg.Supervisor, cfg.SupervisorDir = testenv.SupervisorBinary(b), testenv.SupervisorDir(b)
 	}
+	ncfg.ID = node
 	rt, err := docker.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -61,7 +69,7 @@ func benchStack(b *testing.B, sync time.Duration, supervised bool, pool int, opt
 	}
 	b.Cleanup(func() { rt.Close() })
 	st := testenv.StartStack(b, testenv.StackOptions{
-		Broker: broker.Config{SyncInterval: sync}, Node: nodes.Config{ID: node}, Runtimes: []runtime.Runtime{rt},
+		Broker: broker.Config{SyncInterval: sync}, Node: ncfg, Runtimes: []runtime.Runtime{rt},
 	})
 	if pool > 0 {
 		waitPool(b, rt, image, pool)

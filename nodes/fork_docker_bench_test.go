@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime/docker"
 	"github.com/paddock-dev/paddock/testenv"
 )
@@ -18,22 +19,28 @@ import (
 // snapshot the parent recorded: layer, the workspace in the container's
 // layer (a child's restore writes a tar through the daemon); loopfs, each
 // sandbox on a 1 GiB loopfs disk (the node writes the child's workspace on
-// its own mount of the disk). The pool is refilled, and the children
+// its own mount of the disk); loopfs-kept, the same on a node that keeps
+// restored trees (the first child's restore writes the snapshot's tree
+// once, every child mounts it as an overlay). The pool is refilled, and the children
 // deleted, outside the timings. child_create_ms is the mean of the
 // children's create durations as their finish events record them (the
 // claim of a pooled sandbox and the restore).
 //
 //	go test -run '^$' -bench BenchmarkDockerFork8 -benchtime 3x ./nodes/
 func BenchmarkDockerFork8(b *testing.B) {
-	b.Run("layer", func(b *testing.B) { benchDockerFork8(b) })
-	b.Run("loopfs", func(b *testing.B) {
-		benchDockerFork8(b, func(c *docker.Config) { c.DiskDir, c.DefaultDiskBytes = testenv.DiskDir(b), 1<<30 })
+	b.Run("layer", func(b *testing.B) { benchDockerFork8(b, nodes.Config{}) })
+	loopfs := func(b *testing.B) func(*docker.Config) {
+		return func(c *docker.Config) { c.DiskDir, c.DefaultDiskBytes = testenv.DiskDir(b), 1<<30 }
+	}
+	b.Run("loopfs", func(b *testing.B) { benchDockerFork8(b, nodes.Config{}, loopfs(b)) })
+	b.Run("loopfs-kept", func(b *testing.B) {
+		benchDockerFork8(b, nodes.Config{TreeCacheDir: b.TempDir()}, loopfs(b))
 	})
 }
 
-func benchDockerFork8(b *testing.B, opts ...func(*docker.Config)) {
+func benchDockerFork8(b *testing.B, ncfg nodes.Config, opts ...func(*docker.Config)) {
 	const pool = 9
-	st, rt, image := benchStack(b, 0, true, pool, opts...)
+	st, rt, image := benchStackNode(b, ncfg, 0, true, pool, opts...)
 	ctx := testenv.Context(b, 30*time.Minute)
 	p, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: "docker", Image: image})
 	if err != nil {
