@@ -21,6 +21,7 @@ import (
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes/runtime"
+	"github.com/paddock-dev/paddock/nodes/runtime/overlay"
 	"github.com/paddock-dev/paddock/nodes/trees"
 	"github.com/paddock-dev/paddock/objectstore"
 	"github.com/paddock-dev/paddock/snapshot"
@@ -136,6 +137,12 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *slog.Logger, rts ..
 			a.logger.Warn("another process keeps trees in this directory: restores write files", "dir", cfg.TreeCacheDir)
 		case err != nil:
 			return nil, fmt.Errorf("nodes: tree cache: %w", err)
+		default:
+			if perr := overlay.Probe(cfg.TreeCacheDir); perr != nil {
+				a.logger.Info("this node cannot mount overlays: restores write files, no tree is kept", "err", perr)
+				_ = a.trees.Close()
+				a.trees = nil
+			}
 		}
 	}
 	a.handle = a.newPipeline()

@@ -71,6 +71,28 @@ func ClearVolatile(work string) error {
 	return nil
 }
 
+// Probe reports whether this process can mount an overlay, by mounting
+// and unmounting an empty one in a directory it makes under dir (and
+// removes): the first restore of a host where it cannot then writes its
+// files once, not a tree first.
+func Probe(dir string) error {
+	d, err := os.MkdirTemp(dir, ".probe-")
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "overlay probe")
+	}
+	defer os.RemoveAll(d)
+	for _, sub := range []string{"lower", "upper", "work", "target"} {
+		if err := os.Mkdir(filepath.Join(d, sub), 0o700); err != nil {
+			return errcode.Wrap(errcode.Internal, err, "overlay probe")
+		}
+	}
+	target := filepath.Join(d, "target")
+	if err := Mount(filepath.Join(d, "lower"), filepath.Join(d, "upper"), filepath.Join(d, "work"), target, true); err != nil {
+		return err
+	}
+	return Unmount(target)
+}
+
 // ErrUnsupported says that this process cannot mount overlays (not root,
 // or no overlay in the kernel).
 var ErrUnsupported = errors.New("overlay mounts are not supported here")

@@ -98,3 +98,20 @@ func TestRecord(t *testing.T) {
 		t.Fatal("a malformed record was read")
 	}
 }
+
+// TestProbe: where overlays mount, the probe says so and leaves nothing.
+func TestProbe(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("overlay mounts need root")
+	}
+	d := t.TempDir()
+	if err := Probe(d); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := os.ReadDir(d); len(es) != 0 {
+		t.Fatalf("the probe left %v", es)
+	}
+	if m, _ := MountedUnder(d); len(m) != 0 {
+		t.Fatalf("the probe left mounts %v", m)
+	}
+}
