@@ -94,6 +94,7 @@ func startNodeProcs(t *testing.T, bin, url, dir string, n int) []*nodeProc {
 		for _, p := range procs {
 			p.kill()
 		}
+		testenv.UnmountOverlays(t, dir)
 		if t.Failed() {
 			for _, p := range procs[:min(len(procs), 3)] {
 				b, _ := os.ReadFile(filepath.Join(dir, p.id+".log"))

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/paddock-dev/paddock/nodes/runtime/overlay"
 )
 
 // DiskDir returns a fresh directory for a Docker runtime's loopfs disks
@@ -92,4 +94,22 @@ func LoopDevicesUnder(t testing.TB, dir string) []string {
 		}
 	}
 	return out
+}
+
+// UnmountOverlays unmounts the overlays mounted under dir (restores from
+// kept trees) that killed nodes left: a node killed with SIGKILL cannot
+// unmount them, and a temporary directory holding a mount cannot be
+// removed. Call it after the processes are killed, before dir goes.
+func UnmountOverlays(t testing.TB, dir string) {
+	t.Helper()
+	ms, err := overlay.MountedUnder(dir)
+	if err != nil {
+		t.Errorf("overlays under %s: %v", dir, err)
+		return
+	}
+	for _, m := range ms {
+		if err := overlay.Unmount(m); err != nil {
+			t.Errorf("unmount %s: %v", m, err)
+		}
+	}
 }

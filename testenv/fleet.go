@@ -117,6 +117,7 @@ func StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 				p.Kill(t)
 			}
 		}
+		UnmountOverlays(t, f.Dir)
 		if t.Failed() {
 			f.DumpLogs(t)
 			f.keep(t)

@@ -71,7 +71,14 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
 	cfg.Dir = dir
-	return &Runtime{cfg: cfg, live: map[string]bool{}}, nil
+	r := &Runtime{cfg: cfg, live: map[string]bool{}}
+	// A node killed before its Close left its overlays mounted: no local
+	// sandbox outlives its node, so they go now (what is under them stays
+	// plain directories, for the next Create of the session to remove).
+	if err := r.Close(); err != nil {
+		return nil, fmt.Errorf("local runtime: overlays a former node left: %w", err)
+	}
+	return r, nil
 }
 
 // Name returns "local".
