@@ -40,7 +40,14 @@ func startServeBinary(t *testing.T, bin string, ready time.Duration, args ...str
 	}
 	waited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(waited) }() // reaps the process; the cleanup waits for it
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-waited })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-waited
+		// Killed, it could not unmount its sandboxes' overlays.
+		if i := slices.Index(args, "--sandbox-dir"); i >= 0 && i+1 < len(args) {
+			testenv.UnmountOverlays(t, args[i+1])
+		}
+	})
 	var url string
 	testenv.Eventually(t, ready, func() error {
 		m := readyRE.FindStringSubmatch(logs.String())
