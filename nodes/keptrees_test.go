@@ -83,10 +83,22 @@ func TestRestoreFromKeptTree(t *testing.T) {
 				if got := tree(t, st, s.SessionID); got != want {
 					t.Fatalf("workspace after resume %d: %s", i, testenv.FirstDiff(got, want))
 				}
+				// The file operations see the overlay as execs do.
+				if b, err := st.Client.ReadFile(ctx, s.SessionID, "note.txt"); err != nil || string(b) != "hello\n" {
+					t.Fatalf("read after resume %d: %q, %v", i, b, err)
+				}
 			}
 			if got := lowersUnder(t, keep); len(got) != 1 {
 				t.Fatalf("overlays on kept trees: %v; want 1", got)
 			}
+			// What an exec changes in the overlay is recorded (the watch
+			// follows the workspace to the overlay).
+			shell(t, st, s.SessionID, `echo x > attributed.txt`)
+			if d := lastFinishData[events.ExecFinish](t, st, s.SessionID, commands.OpExec); d.Changes == nil || d.Changes.Created != 1 ||
+				len(d.Changes.Paths) != 1 || d.Changes.Paths[0].Path != "attributed.txt" {
+				t.Fatalf("exec's changes on the overlay: %+v; want attributed.txt created", d.Changes)
+			}
+			shell(t, st, s.SessionID, `rm attributed.txt`)
 			// The sandbox changes what the tree holds: a write into a file
 			// of it, a rename of its directory, a removal, a new file.
 			shell(t, st, s.SessionID, `echo changed >> d/f0 && mv d d2 && rm note.txt && echo new > e/f/new && chmod 755 e`)

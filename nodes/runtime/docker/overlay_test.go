@@ -1,6 +1,7 @@
 package docker_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,6 +131,10 @@ func TestOverlayWorkspace(t *testing.T) {
 	if out := sh(t, again, "ls /workspace"); out != "c\n" {
 		t.Fatalf("workspace over the second tree: %q", out)
 	}
+	// File operations (through the supervisor) see it too.
+	if b, _, err := again.ReadFile(ctx, "/workspace/c", 100); err != nil || string(b) != "second\n" {
+		t.Fatalf("ReadFile over the second tree: %q, %v", b, err)
+	}
 	if got, _ := rt.OverlayLowers(); !slices.Equal(got, []string{lower2}) {
 		t.Fatalf("OverlayLowers = %v; want [%s]", got, lower2)
 	}
@@ -159,5 +164,40 @@ func TestOverlayWorkspace(t *testing.T) {
 	}
 	if got, _ := rt.OverlayLowers(); len(got) != 0 {
 		t.Fatalf("OverlayLowers after Shutdown = %v", got)
+	}
+}
+
+// TestOverlayWorkspaceThroughAPI: without a supervisor, file operations
+// go through the Docker API, and see a mounted overlay as execs do.
+func TestOverlayWorkspaceThroughAPI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("overlay mounts need root")
+	}
+	dir := testenv.DiskDir(t)
+	rt := newRuntimeWith(t, docker.Config{DiskDir: dir})
+	if ds, _ := rt.ProbeDisk(t.Context(), ""); ds.Mechanism != runtime.DiskLoopFS {
+		t.Skip("loopfs only")
+	}
+	ctx := t.Context()
+	sp := spec(rt, testenv.SandboxBaseImage(t))
+	sp.DiskBytes = 32 << 20
+	sb, err := rt.Create(ctx, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sb.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	mountTree(t, sb, map[string]string{"a": "tree\n"})
+	if b, _, err := sb.ReadFile(ctx, "/workspace/a", 100); err != nil || string(b) != "tree\n" {
+		t.Fatalf("ReadFile through the API over the tree: %q, %v", b, err)
+	}
+	if err := sb.WriteFile(ctx, "/workspace/b", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := sh(t, sb, "cat /workspace/b"); out != "new" {
+		t.Fatalf("a file written through the API, as an exec sees it: %q", out)
 	}
 }

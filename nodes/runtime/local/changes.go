@@ -43,6 +43,7 @@ func (s *Sandbox) beginChanges(want bool) func(ctx context.Context) *commands.Ch
 // or the one there is lost its root; nil when none can be started or the
 // sandbox is not running.
 func (s *Sandbox) watcher() *changes.Watcher {
+	_, _ = s.fsRoot() // follows a workspace replaced under an Open sandbox
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
 	if s.watch != nil && !s.watch.Stale() {

@@ -255,6 +255,7 @@ func Open(cfg OpenConfig) (*Sandbox, error) {
 		env:     maps.Clone(cfg.Env),
 		timeout: cfg.DefaultTimeout,
 		root:    root,
+		rootID:  dirID(root),
 		state:   stateRunning,
 		procs:   make(map[*proc]struct{}),
 	}, nil

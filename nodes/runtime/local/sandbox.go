@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/changes"
@@ -40,6 +42,9 @@ type Sandbox struct {
 	// overlay is the overlay mounted as the workspace (StageOverlay), or
 	// zero when the workspace is a plain directory.
 	overlay overlay.Record
+	// rootID is the identity of root's directory (sandboxes of Open's
+	// follow their workspace's path: followLocked).
+	rootID fileID
 
 	watchMu sync.Mutex       // guards watch
 	watch   *changes.Watcher // the workspace's change watcher, started at the first exec that asks
@@ -172,9 +177,54 @@ func removeTree(dir string) error {
 // fsRoot returns the workspace's os.Root, or invalid_state after Shutdown.
 func (s *Sandbox) fsRoot() (*os.Root, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.state == stateShutDown {
+		s.mu.Unlock()
 		return nil, errcode.New(errcode.InvalidState, "sandbox is shut down")
 	}
-	return s.root, nil
+	moved := s.followLocked()
+	root := s.root
+	s.mu.Unlock()
+	if moved {
+		s.closeWatcher() // it watches the directory that was replaced
+	}
+	return root, nil
+}
+
+// followLocked opens the workspace again when its path now names another
+// directory than the one opened: in a sandbox of Open's (the supervisor
+// in a container), the node mounted an overlay on the workspace (a
+// restore from a kept tree), and an os.Root opened before reads the
+// directory under it. It reports whether it did. s.mu must be held.
+func (s *Sandbox) followLocked() bool {
+	if s.sessionDir != "" || s.root == nil {
+		return false // Create's: the runtime replaces the workspace itself
+	}
+	var st unix.Stat_t
+	if unix.Stat(s.dir, &st) != nil || (st.Dev == s.rootID.dev && st.Ino == s.rootID.ino) {
+		return false
+	}
+	root, err := os.OpenRoot(s.dir)
+	if err != nil {
+		return false
+	}
+	s.root.Close()
+	s.root = root
+	s.rootID = dirID(root)
+	return true
+}
+
+// fileID identifies a directory: its device and inode.
+type fileID struct{ dev, ino uint64 }
+
+// dirID returns the identity of root's directory (zero when unknown).
+func dirID(root *os.Root) fileID {
+	fi, err := root.Stat(".")
+	if err != nil {
+		return fileID{}
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}
 }
