@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/archive"
+	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/nodes/runtime"
 	"github.com/paddock-dev/paddock/nodes/runtime/overlay"
 	"github.com/paddock-dev/paddock/snapshot"
@@ -71,7 +72,7 @@ func (a *Agent) restoreKept(ctx context.Context, s *session, sb runtime.Sandbox,
 		t, err = a.trees.Build(ctx, s.tenant, m.Root(), uid, gid, func(dir string) (int64, error) {
 			root, err := os.OpenRoot(dir)
 			if err != nil {
-				return 0, err
+				return 0, errcode.Wrap(errcode.RuntimeError, err, "open a tree being kept")
 			}
 			defer root.Close()
 			w, err := snapshot.WriteDir(ctx, root, m, get, snapshot.WriteOptions{

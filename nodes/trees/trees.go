@@ -77,16 +77,16 @@ func (t *Tree) Release() {
 func Open(dir string, maxBytes int64, inUse func() (map[string]bool, error)) (*Cache, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "tree cache directory")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "tree cache directory")
 	}
 	// One process per directory: another's Open would remove the trees
 	// it is building.
 	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "tree cache lock")
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "tree cache lock")
 	}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lock.Close()
@@ -96,7 +96,7 @@ func Open(dir string, maxBytes int64, inUse func() (map[string]bool, error)) (*C
 	tenants, err := os.ReadDir(dir)
 	if err != nil {
 		lock.Close()
-		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "tree cache directory")
 	}
 	for _, t := range tenants {
 		if !t.IsDir() {
@@ -105,7 +105,7 @@ func Open(dir string, maxBytes int64, inUse func() (map[string]bool, error)) (*C
 		kept, err := os.ReadDir(filepath.Join(dir, t.Name()))
 		if err != nil {
 			lock.Close()
-			return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
+			return nil, errcode.Wrap(errcode.RuntimeError, err, "tree cache directory")
 		}
 		for _, k := range kept {
 			key := t.Name() + "/" + k.Name()
@@ -197,17 +197,17 @@ func (c *Cache) Build(ctx context.Context, tenant, root string, uid, gid int, fi
 	}
 	tdir := filepath.Join(c.dir, tenant)
 	if err := os.MkdirAll(tdir, 0o700); err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "tree cache directory")
 	}
 	tmp := filepath.Join(tdir, ".build-"+rand.Text())
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "tree cache directory")
 	}
 	// The tree's own directory is the workspace's root: 0755, as a
 	// workspace's (the overlay's upper gives the merged root its owner).
 	if err := os.Mkdir(filepath.Join(tmp, "tree"), 0o755); err != nil {
 		_ = removeTree(tmp)
-		return nil, errcode.Wrap(errcode.Internal, err, "tree cache directory")
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "tree cache directory")
 	}
 	n, err := fill(filepath.Join(tmp, "tree"))
 	if err == nil {
@@ -229,7 +229,7 @@ func (c *Cache) Build(ctx context.Context, tenant, root string, uid, gid int, fi
 	if err := os.Rename(tmp, filepath.Join(c.dir, key)); err != nil {
 		c.mu.Unlock()
 		_ = removeTree(tmp)
-		return nil, errcode.Wrap(errcode.Internal, err, "publish a kept tree")
+		return nil, errcode.Wrap(errcode.RuntimeError, err, "publish a kept tree")
 	}
 	e := &entry{key: key, bytes: n}
 	c.trees[key] = e
