@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/paddock-dev/paddock/commands"
+	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
 	"github.com/paddock-dev/paddock/nodes"
 	"github.com/paddock-dev/paddock/nodes/runtime/overlay"
+	"github.com/paddock-dev/paddock/objectstore"
+	"github.com/paddock-dev/paddock/snapshot"
 	"github.com/paddock-dev/paddock/snapshot/snapshottest"
 	"github.com/paddock-dev/paddock/testenv"
 )
@@ -207,5 +210,78 @@ func TestDirtyTrackingOnKeptTree(t *testing.T) {
 				t.Fatalf("%d scans full, %d incremental on the overlay; want most of %d incremental", full-full0, inc-inc0, rounds+1)
 			}
 		})
+	}
+}
+
+// TestKeptTreeFromCorruptChunk: a chunk whose stored bytes are not its
+// digest's fails the restore that would build a tree (snapshot_corrupt),
+// leaves the workspace as it was and publishes no tree; once the chunk is
+// right again, the restore builds the tree and the next mounts it.
+func TestKeptTreeFromCorruptChunk(t *testing.T) {
+	requireMount(t)
+	keep := t.TempDir()
+	k := runtimeKinds()[0]
+	st, image := snapStack(t, k, nodes.Config{TreeCacheDir: keep, ChunkCacheBytes: -1})
+	ctx := testenv.Context(t, 3*time.Minute)
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell(t, st, s.SessionID, `echo one > a && echo two > b`)
+	snap, err := st.Client.Persist(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell(t, st, s.SessionID, `echo after > c`)
+	m, _, err := store(t, st).GetManifest(ctx, "default", s.SessionID, snap.ID, snapshot.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var digest string
+	for d := range m.ChunkSet() {
+		digest = d
+		break
+	}
+	name, err := objectstore.ChunkName("default", digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := st.JS.ObjectStore(ctx, "sbx_workspaces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := obs.GetBytes(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(ctx, name, []byte("not the bytes of that digest\n")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snap.ID})
+	if errcode.Of(err) != errcode.SnapshotCorrupt {
+		t.Fatalf("hydrate from a corrupt chunk: %v; want snapshot_corrupt", err)
+	}
+	if got := shell(t, st, s.SessionID, `cat a b c`); got != "one\ntwo\nafter" {
+		t.Fatalf("workspace after the refused hydrate: %q", got)
+	}
+	if got := lowersUnder(t, keep); len(got) != 0 {
+		t.Fatalf("overlays after the refused hydrate: %v", got)
+	}
+	if es, _ := os.ReadDir(filepath.Join(keep, "default")); len(es) != 0 {
+		t.Fatalf("tree cache after the refused hydrate holds %v; want nothing published", es)
+	}
+	if _, err := obs.PutBytes(ctx, name, good); err != nil {
+		t.Fatal(err)
+	}
+	for i, wantKept := range []bool{false, true} {
+		if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snap.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if h := lastFinishData[events.HydrateFinish](t, st, s.SessionID, commands.OpHydrate); h.Chunks == nil || h.Chunks.Kept != wantKept {
+			t.Fatalf("hydrate %d: chunks %+v; want kept %v", i, h.Chunks, wantKept)
+		}
+		if got := shell(t, st, s.SessionID, `cat a b; test ! -e c`); got != "one\ntwo" {
+			t.Fatalf("workspace after hydrate %d: %q", i, got)
+		}
 	}
 }

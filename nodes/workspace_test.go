@@ -39,6 +39,13 @@ func runtimeKinds() []runtimeKind {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Before the directory goes: what restores from kept trees
+			// mounted in it (sandboxes a test leaves) is unmounted.
+			t.Cleanup(func() {
+				if err := rt.Close(); err != nil {
+					t.Error(err)
+				}
+			})
 			return rt
 		}},
 		{"docker", func(t *testing.T) string { return testenv.SandboxBaseImage(t) }, func(t *testing.T, node string) runtime.Runtime {
