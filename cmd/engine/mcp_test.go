@@ -55,15 +55,29 @@ func TestMCPPython(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The engine reloads its server's config when the store changes.
+	// The engine reloads its server's config when the store changes, once
+	// per change: both auditors must be known before the refusal is
+	// tried (a connection made during a reload can be dropped: EOF).
 	testenv.Eventually(t, 10*time.Second, func() error {
-		c, err := testenv.DialAs(url[1], store.CredsPath("aud-default"))
-		if err == nil {
+		for _, id := range []string{"aud-default", "aud-acme"} {
+			c, err := testenv.DialAs(url[1], store.CredsPath(id))
+			if err != nil {
+				return err
+			}
 			c.Close()
 		}
-		return err
+		return nil
 	})
-	code, _, errs := cli(t, url[1], "", "mcp", "--creds", creds[1], "--events-creds", store.CredsPath("aud-acme"))
+	// unavailable (a connection dropped by a reload) is retryable: asked again.
+	var code int
+	var errs string
+	testenv.Eventually(t, 20*time.Second, func() error {
+		code, _, errs = cli(t, url[1], "", "mcp", "--creds", creds[1], "--events-creds", store.CredsPath("aud-acme"))
+		if strings.Contains(errs, "unavailable:") {
+			return fmt.Errorf("engine mcp: %s", errs)
+		}
+		return nil
+	})
 	if code != 125 || !strings.Contains(errs, "permission_denied") || !strings.Contains(errs, "audits tenant acme") {
 		t.Fatalf("engine mcp with an auditor of another tenant: exit %d, %q; want 125, permission_denied", code, errs)
 	}
