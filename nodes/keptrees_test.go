@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paddock-dev/paddock/client"
 	"github.com/paddock-dev/paddock/commands"
 	"github.com/paddock-dev/paddock/errcode"
 	"github.com/paddock-dev/paddock/events"
@@ -282,6 +283,75 @@ func TestKeptTreeFromCorruptChunk(t *testing.T) {
 		}
 		if got := shell(t, st, s.SessionID, `cat a b; test ! -e c`); got != "one\ntwo" {
 			t.Fatalf("workspace after hydrate %d: %q", i, got)
+		}
+	}
+}
+
+// TestKeptTreesPerTenant: two tenants whose workspaces are byte for byte
+// the same (one manifest root) never share a kept tree: the other
+// tenant's first restore builds its own, and each overlay is over its
+// own tenant's tree.
+func TestKeptTreesPerTenant(t *testing.T) {
+	requireMount(t)
+	keep := t.TempDir()
+	st, _ := snapStack(t, runtimeKinds()[0], nodes.Config{TreeCacheDir: keep})
+	ctx := testenv.Context(t, 2*time.Minute)
+	other, err := client.New(st.ClientConn, client.Options{Tenant: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := map[string]bool{}
+	for _, c := range []*client.Client{st.Client, other} {
+		s, err := c.Create(ctx, commands.CreateArgs{Runtime: "local"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WriteFile(ctx, s.SessionID, "same.txt", []byte("same bytes"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := c.Persist(ctx, s.SessionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots[snap.RootSHA256] = true
+		for i, wantKept := range []bool{false, true} {
+			if _, err := c.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snap.ID}); err != nil {
+				t.Fatal(err)
+			}
+			var h events.HydrateFinish
+			testenv.Eventually(t, 10*time.Second, func() error {
+				evs, err := st.Log.Session(ctx, c.Tenant(), s.SessionID)
+				if err != nil {
+					return err
+				}
+				last := evs[len(evs)-1]
+				if last.Op != string(commands.OpHydrate) || last.Phase != events.PhaseFinish {
+					return fmt.Errorf("tenant %s: last event %s %s", c.Tenant(), last.Op, last.Phase)
+				}
+				h, err = events.DecodeData[events.HydrateFinish](last)
+				return err
+			})
+			if h.Chunks == nil || h.Chunks.Kept != wantKept {
+				t.Fatalf("tenant %s, hydrate %d: chunks %+v; want kept %v", c.Tenant(), i, h.Chunks, wantKept)
+			}
+		}
+	}
+	if len(roots) != 1 {
+		t.Fatalf("roots %v; want the two workspaces to be one root", roots)
+	}
+	lowers := lowersUnder(t, keep)
+	if len(lowers) != 2 || lowers[0] == lowers[1] {
+		t.Fatalf("overlays over %v; want two trees, one per tenant", lowers)
+	}
+	for _, tenant := range []string{"default", "other"} {
+		n := 0
+		for _, l := range lowers {
+			if strings.HasPrefix(l, filepath.Join(keep, tenant)+"/") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("overlays over %v; want one under tenant %s's trees", lowers, tenant)
 		}
 	}
 }

@@ -294,26 +294,25 @@ func (r *Runtime) applyDisk(ctx context.Context, d *disk, name string, opts *cre
 	}
 	opts.host.ReadonlyRootfs = true
 	targets := map[string]bool{}
-	add := func(sub, target string) {
+	add := func(sub, target string, bind *mount.BindOptions) {
 		if targets[target] {
 			return
 		}
 		targets[target] = true
-		opts.host.Mounts = append(opts.host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(d.mnt(), sub), Target: target})
+		opts.host.Mounts = append(opts.host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(d.mnt(), sub), Target: target, BindOptions: bind})
 	}
+	var ws *mount.BindOptions
 	if r.cfg.GVisor == "" {
 		// The workspace's mount receives the overlay a restore from a kept
 		// tree mounts on the node's side (overlay.go).
 		opts.config.Labels[LabelOverlay] = "rslave"
 		d.overlay = true
-		targets[opts.root] = true
-		opts.host.Mounts = append(opts.host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(d.mnt(), diskWorkspace), Target: opts.root,
-			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}})
+		ws = &mount.BindOptions{Propagation: mount.PropagationRSlave}
 	}
-	add(diskWorkspace, opts.root)
-	add(diskHolder, path.Join(path.Dir(opts.root), holderName))
-	add(diskTmp, "/tmp")
-	add(diskVarTmp, "/var/tmp")
+	add(diskWorkspace, opts.root, ws)
+	add(diskHolder, path.Join(path.Dir(opts.root), holderName), nil)
+	add(diskTmp, "/tmp", nil)
+	add(diskVarTmp, "/var/tmp", nil)
 	return nil
 }
 

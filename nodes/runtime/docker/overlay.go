@@ -64,21 +64,9 @@ func (s *Sandbox) StageOverlay(ctx context.Context) (runtime.OverlayStage, bool,
 	if err := os.Mkdir(base, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return runtime.OverlayStage{}, false, errcode.Wrap(errcode.RuntimeError, err, "overlay directory")
 	}
-	layer := filepath.Join(base, rand.Text())
-	upper := filepath.Join(layer, "upper")
-	err = os.Mkdir(layer, 0o700)
-	if err == nil {
-		err = os.Mkdir(upper, 0o755)
-	}
-	if err == nil {
-		err = os.Lchown(upper, o.uid, o.gid)
-	}
-	if err == nil {
-		err = os.Mkdir(filepath.Join(layer, "work"), 0o700)
-	}
+	layer, err := overlay.NewLayer(base, o.uid, o.gid)
 	if err != nil {
-		_ = os.RemoveAll(layer)
-		return runtime.OverlayStage{}, false, errcode.Wrap(errcode.RuntimeError, err, "overlay directory")
+		return runtime.OverlayStage{}, false, err
 	}
 	var used atomic.Bool
 	return runtime.OverlayStage{
@@ -87,27 +75,26 @@ func (s *Sandbox) StageOverlay(ctx context.Context) (runtime.OverlayStage, bool,
 			if used.Swap(true) {
 				return errcode.New(errcode.Internal, "restore: the staged overlay was already mounted or given up")
 			}
-			err := s.mountOverlay(ctx, lower, upper)
+			err := s.mountOverlay(layer.Over(lower))
 			if err != nil {
-				_ = os.RemoveAll(layer)
+				_ = os.RemoveAll(layer.Dir)
 			}
 			return err
 		},
 		Abort: func() {
 			if !used.Swap(true) {
-				_ = os.RemoveAll(layer)
+				_ = os.RemoveAll(layer.Dir)
 			}
 		},
 	}, true, nil
 }
 
-// mountOverlay puts the overlay of lower and upper in place of the
-// workspace. An overlay there is unmounted first (for the moment between,
+// mountOverlay puts the overlay rec in place of the workspace. An overlay there is unmounted first (for the moment between,
 // the sandbox sees the disk's workspace directory, which an overlay
 // always leaves empty) and mounted again should the new one fail. A
 // plain workspace's entries are moved aside, under the new overlay, to
 // the holder's old-* directories that the background sweep removes.
-func (s *Sandbox) mountOverlay(ctx context.Context, lower, upper string) error {
+func (s *Sandbox) mountOverlay(rec overlay.Record) error {
 	if err := s.checkNotGone("restore"); err != nil {
 		return err
 	}
@@ -123,7 +110,7 @@ func (s *Sandbox) mountOverlay(ctx context.Context, lower, upper string) error {
 	}
 	remount := func() {
 		if hadPrev {
-			_ = mountRecorded(ws, prev)
+			_ = prev.Mount(ws, false)
 		}
 	}
 	// The disk's own workspace directory, under whatever is mounted next.
@@ -133,14 +120,14 @@ func (s *Sandbox) mountOverlay(ctx context.Context, lower, upper string) error {
 		return errcode.Wrap(errcode.RuntimeError, err, "open the workspace")
 	}
 	defer under.Close()
-	if err := overlay.WriteRecord(s.disk.overlayRecord(), overlay.Record{Lower: lower, Upper: upper}); err != nil {
+	if err := overlay.WriteRecord(s.disk.overlayRecord(), rec); err != nil {
 		remount()
 		return err
 	}
 	// Synced (not volatile): the workspace outlives a reboot of the host
 	// (Start mounts it again), and the disk's file system is the
 	// sandbox's own, so an unmount flushes only what the sandbox wrote.
-	if err := overlay.Mount(lower, upper, filepath.Join(filepath.Dir(upper), "work"), ws, false); err != nil {
+	if err := rec.Mount(ws, false); err != nil {
 		if hadPrev {
 			_ = overlay.WriteRecord(s.disk.overlayRecord(), prev)
 		} else {
@@ -202,17 +189,12 @@ func (s *Sandbox) dropOverlay() (restore, forget func(), err error) {
 	if err := overlay.Unmount(ws); err != nil {
 		return nil, nil, err
 	}
-	restore = func() { _ = mountRecorded(ws, rec) }
+	restore = func() { _ = rec.Mount(ws, false) }
 	forget = func() {
 		_ = os.Remove(s.disk.overlayRecord())
 		s.goBackground(func(context.Context) { _ = os.RemoveAll(filepath.Dir(rec.Upper)) })
 	}
 	return restore, forget, nil
-}
-
-// mountRecorded mounts the recorded overlay at ws.
-func mountRecorded(ws string, rec overlay.Record) error {
-	return overlay.Mount(rec.Lower, rec.Upper, filepath.Join(filepath.Dir(rec.Upper), "work"), ws, false)
 }
 
 // liftOverlay readies a stopped container's start when its workspace is
@@ -234,7 +216,7 @@ func (s *Sandbox) liftOverlay(ctx context.Context) (func() error, error) {
 	if err := overlay.Unmount(ws); err != nil {
 		return nil, err
 	}
-	return func() error { return mountRecorded(ws, rec) }, nil
+	return func() error { return rec.Mount(ws, false) }, nil
 }
 
 // OverlayLowers returns the kept trees that the workspaces of this

@@ -31,48 +31,32 @@ func (s *Sandbox) StageOverlay(ctx context.Context) (runtime.OverlayStage, bool,
 	if _, err := s.fsRoot(); err != nil {
 		return runtime.OverlayStage{}, false, err
 	}
-	layer := filepath.Join(s.sessionDir, ".overlay-"+rand.Text())
-	if err := makeLayer(layer); err != nil {
-		_ = removeTree(layer)
+	layer, err := overlay.NewLayer(s.sessionDir, -1, -1)
+	if err != nil {
 		return runtime.OverlayStage{}, false, err
 	}
 	var used atomic.Bool
 	abort := func() {
 		if !used.Swap(true) {
-			_ = removeTree(layer)
+			_ = removeTree(layer.Dir)
 		}
 	}
 	mount := func(lower string) error {
 		if used.Swap(true) {
 			return errcode.New(errcode.Internal, "restore: the staged overlay was already mounted or given up")
 		}
-		err := s.mountOverlay(lower, layer)
+		err := s.mountOverlay(layer.Over(lower))
 		if err != nil {
-			_ = removeTree(layer)
+			_ = removeTree(layer.Dir)
 		}
 		return err
 	}
 	return runtime.OverlayStage{Mount: mount, Abort: abort}, true, nil
 }
 
-// makeLayer makes an overlay's upper (0755: the workspace root's mode)
-// and work directories under layer.
-func makeLayer(layer string) error {
-	if err := os.Mkdir(layer, 0o700); err != nil {
-		return errcode.Wrap(errcode.RuntimeError, err, "overlay directory")
-	}
-	if err := os.Mkdir(filepath.Join(layer, "upper"), 0o755); err != nil {
-		return errcode.Wrap(errcode.RuntimeError, err, "overlay directory")
-	}
-	if err := os.Mkdir(filepath.Join(layer, "work"), 0o700); err != nil {
-		return errcode.Wrap(errcode.RuntimeError, err, "overlay directory")
-	}
-	return nil
-}
-
-// mountOverlay puts the overlay of lower and layer's upper in place of
-// the workspace, all or nothing.
-func (s *Sandbox) mountOverlay(lower, layer string) error {
+// mountOverlay puts the overlay rec in place of the workspace, all or
+// nothing.
+func (s *Sandbox) mountOverlay(rec overlay.Record) error {
 	s.closeWatcher() // it watches the workspace being replaced
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -87,7 +71,7 @@ func (s *Sandbox) mountOverlay(lower, layer string) error {
 	}
 	remount := func() {
 		if prev != (overlay.Record{}) {
-			_ = remountLocked(prev, s.dir)
+			_ = prev.Mount(s.dir, true)
 		}
 	}
 	old := filepath.Join(s.sessionDir, ".old-"+rand.Text())
@@ -104,12 +88,11 @@ func (s *Sandbox) mountOverlay(lower, layer string) error {
 		undo()
 		return errcode.Wrap(errcode.RuntimeError, err, "swap workspace")
 	}
-	upper := filepath.Join(layer, "upper")
 	// Volatile: a local sandbox's workspace is never brought back after a
 	// crash of the host (a new sandbox replaces what is left), and the
 	// unmount of a synced overlay would flush all the dirty data of the
 	// host's file system, a just-written tree's included.
-	if err := overlay.Mount(lower, upper, filepath.Join(layer, "work"), s.dir, true); err != nil {
+	if err := rec.Mount(s.dir, true); err != nil {
 		undo()
 		return err
 	}
@@ -121,7 +104,7 @@ func (s *Sandbox) mountOverlay(lower, layer string) error {
 	}
 	oldRoot := s.root
 	s.root = newRoot
-	s.overlay = overlay.Record{Lower: lower, Upper: upper}
+	s.overlay = rec
 	oldRoot.Close()
 	// What was replaced goes off the restore's path; Shutdown waits.
 	s.cleanups.Add(1)
@@ -161,16 +144,6 @@ func unmountLeftover(ws string) error {
 		return errors.Join(err, errcode.New(errcode.RuntimeError, "a leftover overlay is mounted at %s", ws))
 	}
 	return nil
-}
-
-// remountLocked mounts the overlay rec at dir again (a swap that failed
-// puts the former workspace back).
-func remountLocked(rec overlay.Record, dir string) error {
-	work := filepath.Join(filepath.Dir(rec.Upper), "work")
-	if err := overlay.ClearVolatile(work); err != nil {
-		return err
-	}
-	return overlay.Mount(rec.Lower, rec.Upper, work, dir, true)
 }
 
 // Close unmounts the overlays of this runtime's workspaces (restores from

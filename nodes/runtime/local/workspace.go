@@ -105,7 +105,7 @@ func (s *Sandbox) stage() (runtime.HostStage, error) {
 			return err
 		}
 		remount := func() {
-			if prev != (overlay.Record{}) && remountLocked(prev, s.dir) == nil {
+			if prev != (overlay.Record{}) && prev.Mount(s.dir, true) == nil {
 				s.overlay = prev
 			}
 		}

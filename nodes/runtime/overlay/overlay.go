@@ -11,7 +11,6 @@
 package overlay
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -120,21 +119,15 @@ func Mounted(target string) bool {
 // Lowers returns the lower directories of the overlays mounted in this
 // process's mount namespace (from /proc/self/mountinfo).
 func Lowers() (map[string]bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mounts()
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "read the mount table")
+		return nil, err
 	}
-	defer f.Close()
 	out := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		for _, l := range lowersOf(sc.Text()) {
+	for _, m := range ms {
+		for _, l := range m.lowers {
 			out[l] = true
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "read the mount table")
 	}
 	return out, nil
 }
@@ -146,51 +139,63 @@ func MountedUnder(dir string) ([]string, error) {
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "overlay mounts")
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := mounts()
 	if err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "read the mount table")
+		return nil, err
 	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 1 || g[0] != "overlay" {
-			continue
-		}
-		p := unescape(f[4])
-		if p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
-			out = append(out, p)
+	for _, m := range ms {
+		if m.target == dir || strings.HasPrefix(m.target, dir+string(filepath.Separator)) {
+			out = append(out, m.target)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out, nil
 }
 
-// lowersOf returns the lower directories a mountinfo line names, when it
-// is an overlay's (see proc(5): the fields after " - " are the type, the
-// source and the super block's options).
-func lowersOf(line string) []string {
-	_, post, ok := strings.Cut(line, " - ")
-	if !ok {
-		return nil
+// mounted is one overlay of the mount table: where, and over what.
+type mounted struct {
+	target string
+	lowers []string
+}
+
+// mounts returns the overlays in /proc/self/mountinfo.
+func mounts() ([]mounted, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "read the mount table")
 	}
-	f := strings.Fields(post)
-	if len(f) < 3 || f[0] != "overlay" {
-		return nil
+	var out []mounted
+	for _, line := range strings.Split(string(b), "\n") {
+		if m, ok := parseLine(line); ok {
+			out = append(out, m)
+		}
 	}
-	var out []string
-	for _, o := range strings.Split(f[2], ",") {
+	return out, nil
+}
+
+// parseLine reads a mountinfo line (proc(5)) when it is an overlay's: the
+// mount point is the fifth field; after " - " come the type, the source
+// and the super block's options, which name the lower directories.
+func parseLine(line string) (mounted, bool) {
+	pre, post, ok := strings.Cut(line, " - ")
+	f, g := strings.Fields(pre), strings.Fields(post)
+	if !ok || len(f) < 5 || len(g) < 3 || g[0] != "overlay" {
+		return mounted{}, false
+	}
+	m := mounted{target: unescape(f[4])}
+	for _, o := range strings.Split(g[2], ",") {
 		k, v, ok := strings.Cut(o, "=")
 		if !ok || (k != "lowerdir" && k != "lowerdir+") {
 			continue
 		}
 		for _, l := range strings.Split(v, ":") {
 			if l != "" {
-				out = append(out, unescape(l))
+				m.lowers = append(m.lowers, unescape(l))
 			}
 		}
 	}
-	return out
+	return m, true
 }
 
 // unescape undoes mountinfo's octal escapes (\040 for a space).
@@ -229,9 +234,61 @@ func WriteRecord(path string, r Record) error {
 }
 
 // Record is what WriteRecord keeps: the overlay's lower tree and its
-// upper directory (its work directory is the upper's sibling "work").
+// upper directory (its work directory is the upper's sibling "work", as
+// NewLayer makes them).
 type Record struct {
 	Lower, Upper string
+}
+
+// Mount mounts the overlay r at target (see Mount; a volatile one again
+// on its work directory, within the same boot of the host).
+func (r Record) Mount(target string, volatile bool) error {
+	work := filepath.Join(filepath.Dir(r.Upper), "work")
+	if volatile {
+		if err := ClearVolatile(work); err != nil {
+			return err
+		}
+	}
+	return Mount(r.Lower, r.Upper, work, target, volatile)
+}
+
+// Layer is an overlay's writable side: an upper and a work directory
+// side by side in Dir.
+type Layer struct{ Dir string }
+
+// Upper is the layer's upper directory.
+func (l Layer) Upper() string { return filepath.Join(l.Dir, "upper") }
+
+// Work is the layer's work directory.
+func (l Layer) Work() string { return filepath.Join(l.Dir, "work") }
+
+// Over is the record of l over lower.
+func (l Layer) Over(lower string) Record { return Record{Lower: lower, Upper: l.Upper()} }
+
+// NewLayer makes a layer in a new directory under base: the upper 0755
+// (a workspace root's mode), given to uid:gid unless uid is negative;
+// the work directory 0700. On an error nothing is left.
+func NewLayer(base string, uid, gid int) (Layer, error) {
+	dir, err := os.MkdirTemp(base, "layer-")
+	if err != nil {
+		return Layer{}, errcode.Wrap(errcode.RuntimeError, err, "overlay directory")
+	}
+	l := Layer{Dir: dir}
+	err = os.Mkdir(l.Upper(), 0o755)
+	if err == nil {
+		err = os.Chmod(l.Upper(), 0o755) // past the umask
+	}
+	if err == nil && uid >= 0 {
+		err = os.Lchown(l.Upper(), uid, gid)
+	}
+	if err == nil {
+		err = os.Mkdir(l.Work(), 0o700)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return Layer{}, errcode.Wrap(errcode.RuntimeError, err, "overlay directory")
+	}
+	return l, nil
 }
 
 // ReadRecord reads a record; ok is false when there is none.

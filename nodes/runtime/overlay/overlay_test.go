@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// TestLowersOf reads the lower directories of overlay lines of
+// TestParseLine reads the lower directories of overlay lines of
 // /proc/self/mountinfo, and none of other file systems.
-func TestLowersOf(t *testing.T) {
+func TestParseLine(t *testing.T) {
 	for _, c := range []struct {
 		line string
 		want []string
@@ -19,9 +19,16 @@ func TestLowersOf(t *testing.T) {
 		{`27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,lowerdir=/not`, nil},
 		{`garbage`, nil},
 	} {
-		if got := lowersOf(c.line); !reflect.DeepEqual(got, c.want) {
-			t.Errorf("lowersOf(%q) = %q; want %q", c.line, got, c.want)
+		got, ok := parseLine(c.line)
+		if ok != (c.want != nil) {
+			t.Errorf("parseLine(%q) ok = %v", c.line, ok)
 		}
+		if !reflect.DeepEqual(got.lowers, c.want) {
+			t.Errorf("parseLine(%q) lowers %q; want %q", c.line, got.lowers, c.want)
+		}
+	}
+	if m, _ := parseLine(`121 90 0:53 / /w\040x rw - overlay overlay rw,lowerdir=/a`); m.target != "/w x" {
+		t.Errorf("mount point %q; want %q", m.target, "/w x")
 	}
 }
 
