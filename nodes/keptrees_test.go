@@ -355,3 +355,40 @@ func TestKeptTreesPerTenant(t *testing.T) {
 		}
 	}
 }
+
+// TestTreeOverBudgetNotKept: a snapshot larger than the whole tree
+// budget is restored by writing files, every time, and no tree is kept.
+func TestTreeOverBudgetNotKept(t *testing.T) {
+	requireMount(t)
+	keep := t.TempDir()
+	k := runtimeKinds()[0]
+	st, image := snapStack(t, k, nodes.Config{TreeCacheDir: keep, TreeCacheBytes: 1024})
+	ctx := testenv.Context(t, 2*time.Minute)
+	s, err := st.Client.Create(ctx, commands.CreateArgs{Runtime: k.name, Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell(t, st, s.SessionID, `head -c 4096 /dev/urandom > big && echo small > small`)
+	want := tree(t, st, s.SessionID)
+	snap, err := st.Client.Persist(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := st.Client.Hydrate(ctx, s.SessionID, commands.HydrateArgs{SnapshotID: snap.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if h := lastFinishData[events.HydrateFinish](t, st, s.SessionID, commands.OpHydrate); h.Chunks == nil || h.Chunks.Kept {
+			t.Fatalf("hydrate %d over the budget: chunks %+v; want files written", i, h.Chunks)
+		}
+		if got := tree(t, st, s.SessionID); got != want {
+			t.Fatalf("workspace after hydrate %d: %s", i, testenv.FirstDiff(got, want))
+		}
+	}
+	if got := lowersUnder(t, keep); len(got) != 0 {
+		t.Fatalf("overlays over the budget: %v", got)
+	}
+	if es, _ := os.ReadDir(filepath.Join(keep, "default")); len(es) != 0 {
+		t.Fatalf("kept trees over the budget: %v", es)
+	}
+}
