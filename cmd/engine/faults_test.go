@@ -288,8 +288,19 @@ func (fx *faultEnv) check(t *testing.T, trail *commandTrail) {
 	fx.load.checkErrors(t)
 	acked := fx.load.ackedCommands() // before the read: each finish is in the stream by now
 	ctx := testenv.Context(t, 2*time.Minute)
-	if err := trail.catchUp(ctx); err != nil {
-		t.Fatalf("read the events: %v", err)
+	// A read refused as unavailable (the stream's replicas still settling
+	// after a fault) is retryable, and the trail goes on from where it
+	// stopped; any other error fails the check.
+	var readErr error
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		readErr = trail.catchUp(ctx)
+		if readErr != nil && errcode.Of(readErr) == errcode.Unavailable {
+			return readErr
+		}
+		return nil
+	})
+	if readErr != nil {
+		t.Fatalf("read the events: %v", readErr)
 	}
 	var wrong []string
 	for id, session := range acked {
